@@ -1,0 +1,458 @@
+"""The DuckDB state store: the derived, queryable view of typed state (the embedded default).
+
+Tables live in schema ``store``: ``facts``, ``entities`` (current values as
+JSON), one typed table per entity type (``trips``, ``medications``, ...),
+``alerts``, ``alert_events``, ``state_changes``, ``users`` and ``checkpoint``.
+It is rebuildable from the log at any time (``uac replay``).
+
+DuckDB allows one writing process or many reading ones. Readers and writers
+that find the file locked retry until ``lock_timeout`` and then raise
+:class:`~uac.errors.StoreBusyError`; a writer opened with ``share=True``
+releases the file after every commit (reopening it on the next use) so
+readers get their turn between commits.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import duckdb
+import orjson
+
+from uac.checkpointer.records import Checkpoint, CommitBatch, EntityRow, StateChange
+from uac.checkpointer.store import StateStore
+from uac.domains.catalog import SQL_TYPES, EntityType, entity_types
+from uac.domains.facts import Fact, iso, to_utc
+from uac.errors import StoreBusyError, StoreError
+from uac.executor.alerts import Alert, AlertEvent
+from uac.executor.query import QueryResult, check_select, validate_sql
+from uac.streams.codec import (
+    alert_event_from_dict,
+    alert_event_to_dict,
+    alert_from_dict,
+    alert_to_dict,
+    decode_record,
+    encode_record,
+    state_change_from_dict,
+    state_change_to_dict,
+)
+
+log = logging.getLogger(__name__)
+SCHEMA_VERSION = 1
+T = TypeVar("T")
+
+_BASE_DDL = """
+CREATE SCHEMA IF NOT EXISTS store;
+CREATE TABLE IF NOT EXISTS store.meta (key VARCHAR PRIMARY KEY, value VARCHAR);
+CREATE TABLE IF NOT EXISTS store.facts (
+  log_offset BIGINT, fact_id VARCHAR, user_id VARCHAR, entity_type VARCHAR, entity_id VARCHAR,
+  op VARCHAR, attributes JSON, valid_time TIMESTAMP, observed_time TIMESTAMP,
+  confidence DOUBLE, provenance VARCHAR[], supersedes VARCHAR[], source VARCHAR, record VARCHAR);
+CREATE TABLE IF NOT EXISTS store.entities (
+  user_id VARCHAR, entity_type VARCHAR, entity_id VARCHAR, attributes JSON, state_version BIGINT);
+CREATE TABLE IF NOT EXISTS store.alerts (
+  alert_id VARCHAR, user_id VARCHAR, rule_id VARCHAR, subject VARCHAR, severity VARCHAR,
+  status VARCHAR, message VARCHAR, raised_at TIMESTAMP, resolved_at TIMESTAMP, details JSON,
+  evidence JSON, record VARCHAR);
+CREATE TABLE IF NOT EXISTS store.alert_events (
+  seq BIGINT, window_id BIGINT, user_id VARCHAR, alert_id VARCHAR, kind VARCHAR, event_time TIMESTAMP,
+  record VARCHAR);
+CREATE TABLE IF NOT EXISTS store.state_changes (
+  user_id VARCHAR, state_version BIGINT, window_id BIGINT, now TIMESTAMP, changes JSON,
+  record VARCHAR);
+CREATE TABLE IF NOT EXISTS store.users (user_id VARCHAR, state_version BIGINT);
+"""
+
+USER_TABLES = ("facts", "entities", "alerts", "alert_events", "state_changes")
+"""Tables every user can query (besides the typed ones)."""
+
+
+def typed_tables() -> dict[str, EntityType]:
+    """Typed table name -> entity type."""
+    return {t.table: t for t in entity_types()}
+
+
+def queryable_tables() -> frozenset[str]:
+    return frozenset(USER_TABLES) | frozenset(typed_tables())
+
+
+def _typed_ddl(etype: EntityType) -> str:
+    cols = ", ".join(f'"{f.name}" {SQL_TYPES[f.kind]}' for f in etype.fields)
+    return (f"CREATE TABLE IF NOT EXISTS store.{etype.table} "
+            f"(user_id VARCHAR, entity_id VARCHAR, {cols});")
+
+
+def _one(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> Any:
+    """The first row of a query (None if it has none), with the result fully consumed."""
+    rows = con.execute(sql, params or []).fetchall()
+    return rows[0] if rows else None
+
+
+def _naive(value: datetime | None) -> datetime | None:
+    return value.astimezone(to_utc(value).tzinfo).replace(tzinfo=None) if value else None
+
+
+def _cell(kind: str, value: Any) -> Any:
+    """A typed column value from an attribute (None where the value does not fit)."""
+    if value is None:
+        return None
+    try:
+        if kind == "date":
+            return date.fromisoformat(str(value)[:10])
+        if kind == "datetime":
+            return to_utc(str(value)).replace(tzinfo=None)
+        if kind == "json":
+            return orjson.dumps(value).decode()
+        if kind == "list":
+            return [str(v) for v in value] if isinstance(value, list) else None
+        if kind == "bool":
+            return value if isinstance(value, bool) else None
+        if kind == "int":
+            return int(value) if isinstance(value, int | float) and not isinstance(value, bool) \
+                else None
+        if kind == "float":
+            return float(value) if isinstance(value, int | float) and not isinstance(
+                value, bool) else None
+        return str(value)
+    except (ValueError, TypeError, OverflowError):
+        return None
+
+
+class DuckDBStateStore(StateStore):
+    """State in a DuckDB file (or ``:memory:``). See the module docstring for locking."""
+
+    def __init__(self, path: Path | str, *, read_only: bool = False, lock_timeout: float = 30.0,
+                 share: bool = False) -> None:
+        self.path = str(path)
+        self.read_only = read_only
+        self.lock_timeout = lock_timeout
+        self.share = share and self.path != ":memory:"
+        self._con: duckdb.DuckDBPyConnection | None = None
+        self._scoped_user: str | None = None
+        if read_only and self.path != ":memory:" and not Path(self.path).exists():
+            raise StoreError(f"no state store at {self.path}: ingest something first "
+                             "(uac ingest FILE) or point --data-dir at an existing one")
+        con = self._connection()
+        if not read_only:
+            self._create_schema(con)
+        if self.share:
+            self.release()
+
+    # -- connections ---------------------------------------------------------------------------
+    def _connection(self) -> duckdb.DuckDBPyConnection:
+        if self._con is not None:
+            return self._con
+        deadline = time.monotonic() + self.lock_timeout
+        delay = 0.02
+        while True:
+            try:
+                self._con = duckdb.connect(self.path, read_only=self.read_only)
+                return self._con
+            except duckdb.IOException as exc:
+                if "lock" not in str(exc).lower():
+                    raise StoreError(f"cannot open {self.path}: {exc}") from None
+                if time.monotonic() >= deadline:
+                    raise StoreBusyError(
+                        f"the state store {self.path} is held by another uac process "
+                        f"(waited {self.lock_timeout:.0f}s); retry when it finishes, or raise "
+                        "UAC_LOCK_TIMEOUT / --wait"
+                    ) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+
+    def release(self) -> None:
+        """Close the connection so other processes can open the file (reopened on demand)."""
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+            self._scoped_user = None
+
+    def close(self) -> None:
+        self.release()
+
+    def _create_schema(self, con: duckdb.DuckDBPyConnection) -> None:
+        con.execute(_BASE_DDL)
+        for etype in entity_types():
+            con.execute(_typed_ddl(etype))
+        con.execute("INSERT OR REPLACE INTO store.meta VALUES ('schema_version', ?)",
+                    [str(SCHEMA_VERSION)])
+
+    def _read(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
+        con = self._connection()
+        try:
+            return fn(con)
+        except duckdb.CatalogException as exc:
+            raise StoreError(f"{self.path} is not a uac state store ({exc})") from None
+
+    # -- the checkpointer's side ---------------------------------------------------------------
+    def checkpoint(self) -> Checkpoint:
+        def read(con: duckdb.DuckDBPyConnection) -> Checkpoint:
+            row = _one(con, "SELECT value FROM store.meta WHERE key = 'checkpoint'")
+            if row is None:
+                return Checkpoint()
+            data = orjson.loads(row[0])
+            wm = data.get("watermark")
+            return Checkpoint(data["log_offset"], data["window_id"],
+                              to_utc(wm) if wm else None, data.get("alert_seq", 0))
+        return self._read(read)
+
+    def commit(self, batch: CommitBatch) -> None:
+        if self.read_only:
+            raise StoreError(f"{self.path} was opened read-only")
+        con = self._connection()
+        try:
+            con.execute("BEGIN TRANSACTION")
+            self._write(con, batch)
+            cp = batch.checkpoint
+            value = orjson.dumps({"log_offset": cp.log_offset, "window_id": cp.window_id,
+                                  "alert_seq": cp.alert_seq,
+                                  "watermark": iso(cp.watermark) if cp.watermark else None})
+            con.execute("INSERT OR REPLACE INTO store.meta VALUES ('checkpoint', ?)",
+                        [value.decode()])
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        finally:
+            if self.share:
+                self.release()
+
+    def _insert(self, con: duckdb.DuckDBPyConnection, table: str, columns: dict[str, Any],
+                schema: Any = None) -> None:
+        import pyarrow as pa
+
+        arrow = pa.table(columns, schema=schema)
+        con.register("uac_batch", arrow)
+        try:
+            con.execute(f"INSERT INTO store.{table} SELECT * FROM uac_batch")
+        finally:
+            con.unregister("uac_batch")
+
+    def _write(self, con: duckdb.DuckDBPyConnection, batch: CommitBatch) -> None:
+        if batch.facts:
+            self._write_facts(con, batch.facts)
+        if batch.entities:
+            self._write_entities(con, batch.entities)
+        if batch.alert_events:
+            self._write_alerts(con, batch.alert_events)
+        if batch.state_changes:
+            changes = batch.state_changes
+            self._insert(con, "state_changes", {
+                "user_id": [c.user_id for c in changes],
+                "state_version": [c.state_version for c in changes],
+                "window_id": [c.window_id for c in changes],
+                "now": [_naive(c.now) for c in changes],
+                "changes": [orjson.dumps([[x.entity_type, x.entity_id, x.kind.value]
+                                          for x in c.changes]).decode() for c in changes],
+                "record": [orjson.dumps(state_change_to_dict(c)).decode() for c in changes],
+            })
+        if batch.user_versions:
+            self._replace_keys(con, "users", ("user_id",),
+                               {"user_id": list(batch.user_versions)})
+            self._insert(con, "users", {"user_id": list(batch.user_versions),
+                                        "state_version": list(batch.user_versions.values())})
+
+    def _replace_keys(self, con: duckdb.DuckDBPyConnection, table: str, keys: tuple[str, ...],
+                      columns: dict[str, list[Any]]) -> None:
+        """Delete the rows of ``table`` whose key columns match the given key rows."""
+        import pyarrow as pa
+
+        if _one(con, f"SELECT count(*) = 0 FROM store.{table}")[0]:
+            return
+        con.register("uac_keys", pa.table(columns))
+        try:
+            cond = " AND ".join(f"t.{k} = k.{k}" for k in keys)
+            con.execute(f"DELETE FROM store.{table} t USING uac_keys k WHERE {cond}")
+        finally:
+            con.unregister("uac_keys")
+
+    def _write_facts(self, con: duckdb.DuckDBPyConnection, facts: list[tuple[int, Fact]]) -> None:
+        import pyarrow as pa
+
+        self._insert(con, "facts", {
+            "log_offset": pa.array([o for o, _ in facts], pa.int64()),
+            "fact_id": [f.fact_id for _, f in facts],
+            "user_id": [f.user_id for _, f in facts],
+            "entity_type": [f.entity_type for _, f in facts],
+            "entity_id": [f.entity_id for _, f in facts],
+            "op": [f.op.value for _, f in facts],
+            "attributes": [orjson.dumps(f.attributes).decode() for _, f in facts],
+            "valid_time": pa.array([_naive(f.valid_time) for _, f in facts], pa.timestamp("us")),
+            "observed_time": pa.array([_naive(f.observed_time) for _, f in facts],
+                                      pa.timestamp("us")),
+            "confidence": pa.array([f.confidence for _, f in facts], pa.float64()),
+            "provenance": pa.array([list(f.provenance) for _, f in facts], pa.list_(pa.string())),
+            "supersedes": pa.array([list(f.supersedes) for _, f in facts], pa.list_(pa.string())),
+            "source": [f.source for _, f in facts],
+            "record": [encode_record(f).decode() for _, f in facts],
+        })
+
+    def _write_entities(self, con: duckdb.DuckDBPyConnection,
+                        entities: dict[tuple[str, str, str], EntityRow]) -> None:
+        import pyarrow as pa
+
+        rows = list(entities.values())
+        self._replace_keys(con, "entities", ("user_id", "entity_type", "entity_id"), {
+            "user_id": [r.user_id for r in rows], "entity_type": [r.entity_type for r in rows],
+            "entity_id": [r.entity_id for r in rows]})
+        live = [r for r in rows if r.exists]
+        if live:
+            self._insert(con, "entities", {
+                "user_id": [r.user_id for r in live],
+                "entity_type": [r.entity_type for r in live],
+                "entity_id": [r.entity_id for r in live],
+                "attributes": [orjson.dumps(r.attributes, option=orjson.OPT_SORT_KEYS).decode()
+                               for r in live],
+                "state_version": pa.array([r.state_version for r in live], pa.int64()),
+            })
+        by_type: dict[str, list[EntityRow]] = defaultdict(list)
+        for row in rows:
+            by_type[row.entity_type].append(row)
+        tables = {t.name: t for t in entity_types()}
+        for type_name, typed_rows in by_type.items():
+            etype = tables.get(type_name)
+            if etype is None:
+                continue
+            self._replace_keys(con, etype.table, ("user_id", "entity_id"), {
+                "user_id": [r.user_id for r in typed_rows],
+                "entity_id": [r.entity_id for r in typed_rows]})
+            present = [r for r in typed_rows if r.exists]
+            if present:
+                self._insert_typed(con, etype, present)
+
+    def _insert_typed(self, con: duckdb.DuckDBPyConnection, etype: EntityType,
+                      rows: list[EntityRow]) -> None:
+        import pyarrow as pa
+
+        arrow_types = {"str": pa.string(), "int": pa.int64(), "float": pa.float64(),
+                       "bool": pa.bool_(), "date": pa.date32(), "datetime": pa.timestamp("us"),
+                       "list": pa.list_(pa.string()), "json": pa.string()}
+        columns: dict[str, Any] = {
+            "user_id": [r.user_id for r in rows], "entity_id": [r.entity_id for r in rows]}
+        known = {f.name for f in etype.fields}
+        for spec in etype.fields:
+            if spec.kind == "json":  # the catch-all column: every attribute no field names
+                values = [_cell("json", {k: v for k, v in r.attributes.items()
+                                         if k not in known} or None) for r in rows]
+            else:
+                values = [_cell(spec.kind, r.attributes.get(spec.name)) for r in rows]
+            columns[spec.name] = pa.array(values, arrow_types[spec.kind])
+        self._insert(con, etype.table, columns)
+
+    def _write_alerts(self, con: duckdb.DuckDBPyConnection,
+                      events: list[tuple[int, int, AlertEvent]]) -> None:
+        latest: dict[str, Alert] = {}
+        for _, _, event in events:
+            latest[event.alert.alert_id] = event.alert
+        alerts = list(latest.values())
+        self._replace_keys(con, "alerts", ("alert_id",), {"alert_id": list(latest)})
+        self._insert(con, "alerts", {
+            "alert_id": [a.alert_id for a in alerts], "user_id": [a.user_id for a in alerts],
+            "rule_id": [a.rule_id for a in alerts], "subject": [a.subject for a in alerts],
+            "severity": [a.severity.value for a in alerts],
+            "status": [a.status.value for a in alerts], "message": [a.message for a in alerts],
+            "raised_at": [_naive(a.raised_at) for a in alerts],
+            "resolved_at": [_naive(a.resolved_at) for a in alerts],
+            "details": [orjson.dumps(dict(a.details)).decode() for a in alerts],
+            "evidence": [orjson.dumps(alert_to_dict(a)["evidence"]).decode() for a in alerts],
+            "record": [orjson.dumps(alert_to_dict(a)).decode() for a in alerts],
+        })
+        self._insert(con, "alert_events", {
+            "seq": [s for s, _, _ in events], "window_id": [w for _, w, _ in events],
+            "user_id": [e.alert.user_id for _, _, e in events],
+            "alert_id": [e.alert.alert_id for _, _, e in events],
+            "kind": [e.kind.value for _, _, e in events],
+            "event_time": [_naive(e.at) for _, _, e in events],
+            "record": [orjson.dumps(alert_event_to_dict(e)).decode() for _, _, e in events],
+        })
+
+    def load_facts(self, user_id: str) -> list[Fact]:
+        rows = self._read(lambda con: con.execute(
+            "SELECT record FROM store.facts WHERE user_id = ? ORDER BY log_offset", [user_id]
+        ).fetchall())
+        out = []
+        for (record,) in rows:
+            fact = decode_record(record)
+            assert isinstance(fact, Fact)
+            out.append(fact)
+        return out
+
+    # -- the read side -------------------------------------------------------------------------
+    def users(self) -> list[str]:
+        rows = self._read(lambda con: con.execute(
+            "SELECT DISTINCT user_id FROM store.facts ORDER BY user_id").fetchall())
+        return [r[0] for r in rows]
+
+    def user_version(self, user_id: str) -> int:
+        row = self._read(lambda con: _one(
+            con, "SELECT state_version FROM store.users WHERE user_id = ?", [user_id]))
+        return int(row[0]) if row else 0
+
+    def users_with_types(self, entity_types: Iterable[str]) -> list[str]:
+        wanted = sorted(set(entity_types))
+        if not wanted:
+            return []
+        rows = self._read(lambda con: con.execute(
+            "SELECT DISTINCT user_id FROM store.entities WHERE list_contains(?, entity_type) "
+            "ORDER BY user_id", [wanted]).fetchall())
+        return [r[0] for r in rows]
+
+    def entities(self, user_id: str) -> list[EntityRow]:
+        rows = self._read(lambda con: con.execute(
+            "SELECT entity_type, entity_id, attributes, state_version FROM store.entities "
+            "WHERE user_id = ? ORDER BY entity_type, entity_id", [user_id]).fetchall())
+        return [EntityRow(user_id, t, i, True, orjson.loads(a), v) for t, i, a, v in rows]
+
+    def alerts(self, user_id: str) -> list[Alert]:
+        rows = self._read(lambda con: con.execute(
+            "SELECT record FROM store.alerts WHERE user_id = ? ORDER BY alert_id",
+            [user_id]).fetchall())
+        return [alert_from_dict(orjson.loads(r[0])) for r in rows]
+
+    def alert_events(self, user_id: str) -> list[tuple[int, int, AlertEvent]]:
+        rows = self._read(lambda con: con.execute(
+            "SELECT seq, window_id, record FROM store.alert_events WHERE user_id = ? "
+            "ORDER BY seq", [user_id]).fetchall())
+        return [(s, w, alert_event_from_dict(orjson.loads(r))) for s, w, r in rows]
+
+    def state_changes(self, user_id: str) -> list[StateChange]:
+        rows = self._read(lambda con: con.execute(
+            "SELECT record FROM store.state_changes WHERE user_id = ? "
+            "ORDER BY window_id, state_version", [user_id]).fetchall())
+        return [state_change_from_dict(orjson.loads(r[0])) for r in rows]
+
+    # -- queries -------------------------------------------------------------------------------
+    def query(self, user_id: str, sql: str) -> QueryResult:
+        """Run a read-only SELECT over ``user_id``'s rows only (see :mod:`uac.executor.query`)."""
+        from uac.errors import QueryError
+
+        text = validate_sql(sql)
+
+        def run(con: duckdb.DuckDBPyConnection) -> QueryResult:
+            tree = _one(con, "SELECT json_serialize_sql(?)", [text])
+            check_select(tree[0] if tree else "{}", queryable_tables())
+            with self._scoped(con, user_id):
+                try:
+                    cursor = con.execute(text)
+                    columns = tuple(d[0] for d in cursor.description or ())
+                    return QueryResult(columns, cursor.fetchall())
+                except duckdb.Error as exc:
+                    raise QueryError(str(exc).strip()) from None
+        return self._read(run)
+
+    @contextmanager
+    def _scoped(self, con: duckdb.DuckDBPyConnection, user_id: str) -> Iterator[None]:
+        if self._scoped_user != user_id:
+            literal = "'" + user_id.replace("'", "''") + "'"
+            for table in sorted(queryable_tables()):
+                con.execute(f"CREATE OR REPLACE TEMP VIEW {table} AS "
+                            f"SELECT * FROM store.{table} WHERE user_id = {literal}")
+            self._scoped_user = user_id
+        yield

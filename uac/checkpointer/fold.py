@@ -1,0 +1,148 @@
+"""The fold: facts in, typed user state out. Deterministic, idempotent, order-independent.
+
+Applying a fact twice equals applying it once (facts are keyed by id); applying
+the same set of facts in any order gives the same state (the current value is a
+function of the set, resolved by the contradiction rule in :mod:`.state`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from uac.checkpointer.state import EntityKey, EntityState, UserState
+from uac.domains.facts import Fact, Op
+
+
+class ChangeKind(StrEnum):
+    """What a window did to an entity."""
+
+    CREATED = "created"
+    UPDATED = "updated"
+    DELETED = "deleted"
+    HISTORY = "history"
+    """New facts only changed history (e.g. an older value), not the current value."""
+
+
+@dataclass(frozen=True, slots=True)
+class EntityChange:
+    entity_type: str
+    entity_id: str
+    kind: ChangeKind
+
+
+def _affected_by(user: UserState, refs: Iterable[str]) -> list[EntityState]:
+    wanted = set(refs)
+    return [
+        s for s in user.entities.values()
+        if any(fid in wanted or wanted.intersection(f.provenance) for fid, f in s.facts.items())
+    ]
+
+
+def apply_fact(user: UserState, fact: Fact) -> EntityKey | None:
+    """Fold one fact into ``user`` in place. Returns the touched entity key, or None if a duplicate.
+
+    The caller compares before/after values to classify changes (see :func:`fold_window`).
+    """
+    fid = fact.fact_id
+    if fid in user.fact_ids:
+        return None
+    user.fact_ids.add(fid)
+    key = (fact.entity_type, fact.entity_id)
+    entity = user.entities.get(key)
+    if entity is None:
+        entity = user.entities[key] = EntityState(fact.entity_type, fact.entity_id)
+    entity.facts[fid] = fact
+    if fact.supersedes:
+        new_refs = [r for r in fact.supersedes if r not in user.superseded]
+        for ref in fact.supersedes:
+            user.superseded.setdefault(ref, set()).add(fid)
+        for other in _affected_by(user, new_refs):
+            other.resolve(user.is_superseded)
+    if user.is_superseded(fact):
+        return key
+    if fact.op is Op.ASSERT:
+        entity.apply_assert(fact)
+    else:
+        entity.resolve(user.is_superseded)
+    return key
+
+
+_Fingerprint = tuple[bool, dict[str, object]]
+
+
+def _fingerprint(entity: EntityState | None) -> _Fingerprint:
+    if entity is None or not entity.exists:
+        return (False, {})
+    return (True, {k: v for k, (_, v, _) in entity.winners.items() if v is not None})
+
+
+def fold_window(
+    states: dict[str, UserState], facts: Iterable[Fact]
+) -> dict[str, list[EntityChange]]:
+    """Fold a window of facts into ``states`` (created on demand); return the changes per user.
+
+    Each touched entity appears once with its net change over the whole window.
+    """
+    before: dict[str, dict[EntityKey, _Fingerprint]] = {}
+    for fact in facts:
+        user = states.get(fact.user_id)
+        if user is None:
+            user = states[fact.user_id] = UserState(fact.user_id)
+        seen = before.setdefault(fact.user_id, {})
+        key = (fact.entity_type, fact.entity_id)
+        if key not in seen:
+            seen[key] = _fingerprint(user.entities.get(key))
+        if fact.supersedes:  # a supersession may change other entities too
+            for other in _affected_by(user, fact.supersedes):
+                seen.setdefault((other.entity_type, other.entity_id), _fingerprint(other))
+        apply_fact(user, fact)
+    changes: dict[str, list[EntityChange]] = {}
+    for user_id, seen in before.items():
+        user = states[user_id]
+        out = []
+        for key, (existed, values) in sorted(seen.items()):
+            exists, now_values = _fingerprint(user.entities.get(key))
+            if exists and not existed:
+                kind = ChangeKind.CREATED
+            elif existed and not exists:
+                kind = ChangeKind.DELETED
+            elif exists and values != now_values:
+                kind = ChangeKind.UPDATED
+            else:
+                kind = ChangeKind.HISTORY
+            out.append(EntityChange(key[0], key[1], kind))
+        changes[user_id] = out
+    return changes
+
+
+def fold(facts: Iterable[Fact], states: dict[str, UserState] | None = None) -> dict[str, UserState]:
+    """Fold facts into per-user states (a new dict unless ``states`` is given)."""
+    states = {} if states is None else states
+    for fact in facts:
+        user = states.get(fact.user_id)
+        if user is None:
+            user = states[fact.user_id] = UserState(fact.user_id)
+        apply_fact(user, fact)
+    return states
+
+
+def as_of(
+    user: UserState, *, known_at: datetime | None = None, valid_at: datetime | None = None
+) -> UserState:
+    """What we believed about the user as of ``known_at`` (observed time), about the world at
+    ``valid_at`` (valid time); both bounds are inclusive. Superseded values stay queryable."""
+    chosen = [
+        f for f in user.all_facts()
+        if (known_at is None or f.observed_time <= known_at)
+        and (valid_at is None or f.valid_time <= valid_at)
+    ]
+    chosen.sort(key=lambda f: f.order_key)
+    return fold(chosen)[user.user_id] if chosen else UserState(user.user_id)
+
+
+def states_equal(a: Mapping[str, UserState], b: Mapping[str, UserState]) -> bool:
+    """Byte-for-byte equality of two sets of user states."""
+    return sorted(a) == sorted(b) and all(a[u].snapshot_bytes() == b[u].snapshot_bytes() for u in a)

@@ -1,0 +1,51 @@
+"""Window policy: where the log is cut into checkpoint windows. Pure: no I/O.
+
+The writer of the log decides window boundaries (by fact count or event-time
+span) and records them as :class:`~uac.domains.facts.WindowMark` records, so
+every reader of the log, a replay included, folds exactly the same windows.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from uac.domains.facts import Fact, LogRecord, Tick
+
+
+class WindowPolicy:
+    """Close a window after ``max_facts`` facts or once it spans ``max_span`` of event time."""
+
+    def __init__(self, max_facts: int = 1000, max_span: timedelta = timedelta(days=1)) -> None:
+        if max_facts < 1:
+            raise ValueError("max_facts must be at least 1")
+        self.max_facts = max_facts
+        self.max_span = max_span
+        self.count = 0
+        self.first: datetime | None = None
+
+    def closes_after(self, record: LogRecord) -> str | None:
+        """Feed one record; return the reason to close the window after it, or None."""
+        if isinstance(record, Tick):
+            self.reset()
+            return "tick"
+        if not isinstance(record, Fact):
+            return None
+        self.count += 1
+        t = record.observed_time
+        if self.first is None:
+            self.first = t
+        if self.count >= self.max_facts:
+            self.reset()
+            return "size"
+        if abs(t - self.first) >= self.max_span:
+            self.reset()
+            return "span"
+        return None
+
+    def reset(self) -> None:
+        self.count = 0
+        self.first = None
+
+    @property
+    def open(self) -> bool:
+        return self.count > 0

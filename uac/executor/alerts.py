@@ -1,0 +1,150 @@
+"""Alerts: deterministic ids, raise once, resolve when the condition clears. Pure: no I/O."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+from uac.checkpointer.state import UserState
+from uac.domains.facts import JsonValue, derive_id
+from uac.executor.rules import Finding, Rule, RuleContext, Severity
+
+log = logging.getLogger(__name__)
+ALERT_VERSION = 1
+
+
+class AlertStatus(StrEnum):
+    OPEN = "open"
+    RESOLVED = "resolved"
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """What an alert read: entities (``type/id``), the facts behind them, and their sources."""
+
+    entities: tuple[str, ...] = ()
+    fact_ids: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    """An alert raised by a rule for a user about a subject; ``alert_id`` = hash(user, rule, subject)."""
+
+    alert_id: str
+    user_id: str
+    rule_id: str
+    subject: str
+    severity: Severity
+    message: str
+    status: AlertStatus
+    raised_at: datetime
+    evidence: Evidence
+    details: Mapping[str, JsonValue] = field(default_factory=dict)
+    resolved_at: datetime | None = None
+    version: int = ALERT_VERSION
+
+
+class AlertEventKind(StrEnum):
+    RAISED = "raised"
+    RESOLVED = "resolved"
+
+
+@dataclass(frozen=True, slots=True)
+class AlertEvent:
+    """A change in an alert's life: raised or resolved, at an event time."""
+
+    kind: AlertEventKind
+    alert: Alert
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class RuleFailure:
+    """A rule that crashed or returned garbage: kept as data, sent to the reject store."""
+
+    user_id: str
+    rule_id: str
+    reason: str
+    at: datetime
+
+
+def alert_id_for(user_id: str, rule_id: str, subject: str) -> str:
+    return derive_id(user_id, rule_id, subject)
+
+
+def evidence_for(state: UserState, finding: Finding) -> Evidence:
+    """The entities a finding names, the live facts behind them and those facts' sources."""
+    entities, fact_ids, sources = [], set(), set()
+    for etype, eid in finding.evidence:
+        entities.append(f"{etype}/{eid}")
+        view = state.entity(etype, eid)
+        if view is not None:
+            fact_ids.update(view.fact_ids)
+            sources.update(view.sources)
+    return Evidence(tuple(entities), tuple(sorted(fact_ids)), tuple(sorted(sources)))
+
+
+def _findings(rule: Rule, state: UserState, ctx: RuleContext) -> list[Finding]:
+    out = list(rule.evaluate(state, ctx))
+    for item in out:
+        if not isinstance(item, Finding):
+            raise TypeError(f"returned {type(item).__name__}, not a Finding")
+    return out
+
+
+def evaluate(
+    state: UserState,
+    rules: Sequence[Rule],
+    ctx: RuleContext,
+    open_alerts: dict[str, Alert],
+) -> tuple[list[AlertEvent], list[RuleFailure]]:
+    """Run ``rules`` over ``state``; raise new alerts, resolve cleared ones, update ``open_alerts``.
+
+    An alert that is still open is not raised again. Only the rules that ran
+    can resolve their own alerts; a rule that fails resolves nothing.
+    """
+    events: list[AlertEvent] = []
+    failures: list[RuleFailure] = []
+    for rule in rules:
+        try:
+            findings = _findings(rule, state, ctx)
+        except Exception as exc:  # a rule is code; its failure is data, not a crash
+            log.warning("rule %s failed for user %s: %s", rule.rule_id, state.user_id, exc)
+            failures.append(RuleFailure(state.user_id, rule.rule_id,
+                                        f"{type(exc).__name__}: {exc}", ctx.now))
+            continue
+        current: set[str] = set()
+        for finding in findings:
+            aid = alert_id_for(state.user_id, rule.rule_id, finding.subject)
+            if aid in current:
+                continue
+            current.add(aid)
+            if aid in open_alerts:
+                continue
+            alert = Alert(aid, state.user_id, rule.rule_id, finding.subject, finding.severity,
+                          finding.message, AlertStatus.OPEN, ctx.now,
+                          evidence_for(state, finding), dict(finding.details))
+            open_alerts[aid] = alert
+            events.append(AlertEvent(AlertEventKind.RAISED, alert, ctx.now))
+        for aid, alert in sorted(open_alerts.items()):
+            if alert.rule_id == rule.rule_id and aid not in current:
+                resolved = _resolved(alert, ctx.now)
+                del open_alerts[aid]
+                events.append(AlertEvent(AlertEventKind.RESOLVED, resolved, ctx.now))
+    return events, failures
+
+
+def _resolved(alert: Alert, at: datetime) -> Alert:
+    return Alert(alert.alert_id, alert.user_id, alert.rule_id, alert.subject, alert.severity,
+                 alert.message, AlertStatus.RESOLVED, alert.raised_at, alert.evidence,
+                 alert.details, at, alert.version)
+
+
+def select(rules: Iterable[Rule], changed_types: Iterable[str], tick: bool) -> list[Rule]:
+    """The rules to run for a change of these types (and/or a tick), in a stable order."""
+    changed = set(changed_types)
+    return sorted((r for r in rules if r.wants(changed, tick)), key=lambda r: r.rule_id)

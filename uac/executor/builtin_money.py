@@ -1,0 +1,181 @@
+"""Built-in money rules: spending limits, conflicting payment destinations, purchase windows."""
+
+from __future__ import annotations
+
+import math
+from datetime import date, timedelta
+
+from uac.checkpointer.state import EntityView, UserState
+from uac.executor.builtin_common import (
+    add_months,
+    day,
+    days_left,
+    flag,
+    normalized,
+    number,
+    ref,
+    text,
+)
+from uac.executor.rules import Finding, RuleContext, Severity, rule
+
+ALL = "all"
+"""The budget category that covers every transaction."""
+_PERIODS = {
+    "week": "week", "weekly": "week",
+    "month": "month", "monthly": "month",
+    "year": "year", "yearly": "year", "annual": "year", "annually": "year",
+}
+
+
+def period_bounds(period: str, today: date) -> tuple[date, date]:
+    """First and last day of the calendar week (Monday first), month or year holding ``today``."""
+    if period == "week":
+        start = today - timedelta(days=today.weekday())
+        return start, start + timedelta(days=6)
+    if period == "year":
+        return date(today.year, 1, 1), date(today.year, 12, 31)
+    start = today.replace(day=1)
+    return start, add_months(start, 1) - timedelta(days=1)
+
+
+def _money(amount: float, currency: str | None) -> str:
+    return f"{amount:.2f} {currency}" if currency else f"{amount:.2f}"
+
+
+@rule("spending_limit", reads=("budget", "transaction"), time_based=True)
+def spending_limit(state: UserState, ctx: RuleContext) -> list[Finding]:
+    """Spending in a budget's category over the current week/month/year exceeds its limit.
+
+    Spending is the sum of the amounts of the period's transactions in the
+    category (case-insensitive; a negative amount in the category, a refund,
+    offsets it). A budget for ``all`` (or no category) sums every positive
+    amount, so income never offsets it. Transactions in another currency than
+    the budget's are left out. Time-based: a new period starts from zero.
+    """
+    findings: list[Finding] = []
+    budgets = state.of_type("budget")
+    if not budgets:
+        return findings
+    transactions = [(when, amount, t) for t in state.of_type("transaction")
+                    if (when := day(t, "date")) is not None
+                    and (amount := number(t, "amount")) is not None]
+    for budget in budgets:
+        limit = number(budget, "limit")
+        period = _PERIODS.get((text(budget, "period") or "month").lower())
+        if limit is None or period is None:
+            continue
+        category = normalized(text(budget, "category") or ALL)
+        currency = text(budget, "currency")
+        start, end = period_bounds(period, ctx.today)
+        counted: list[tuple[float, EntityView]] = []
+        for when, amount, t in transactions:
+            if not start <= when <= end:
+                continue
+            t_currency = text(t, "currency")
+            if currency and t_currency and t_currency.upper() != currency.upper():
+                continue
+            if category == ALL:
+                if amount > 0:
+                    counted.append((amount, t))
+            elif normalized(text(t, "category") or "") == category:
+                counted.append((amount, t))
+        spent = round(math.fsum(a for a, _ in counted), 2)
+        if spent <= limit:
+            continue
+        label = text(budget, "category") or ALL
+        findings.append(Finding(
+            subject=f"{ref(budget)}|{start.isoformat()}",
+            message=(f"You spent {_money(spent, currency)} on {label} this {period} "
+                     f"({start.isoformat()} to {end.isoformat()}), over your limit of "
+                     f"{_money(limit, currency)}"),
+            evidence=(budget.key, *(t.key for _, t in counted)),
+            details={
+                "category": label,
+                "period": period,
+                "spent": spent,
+                "limit": limit,
+                "currency": currency,
+                "period_start": start.isoformat(),
+                "period_end": end.isoformat(),
+            },
+        ))
+    return findings
+
+
+def _account_key(account: str) -> str:
+    """Accounts compare without spaces, dashes or case (``DE89 3704`` == ``de893704``)."""
+    return "".join(ch for ch in account.upper() if ch.isalnum())
+
+
+@rule("payment_destination_conflict", reads=("payment_instruction",))
+def payment_destination_conflict(state: UserState, ctx: RuleContext) -> list[Finding]:
+    """Payment instructions for the same payee name different destination accounts.
+
+    Payees compare case- and whitespace-insensitively, accounts ignoring case,
+    spaces and punctuation. A changed account is a classic fraud pattern, so
+    this is critical until the wrong instruction is corrected or retracted.
+    """
+    groups: dict[str, list[tuple[str, EntityView]]] = {}
+    for view in state.of_type("payment_instruction"):
+        payee, account = text(view, "payee"), text(view, "destination_account")
+        if payee and account:
+            groups.setdefault(normalized(payee), []).append((account, view))
+    findings: list[Finding] = []
+    for payee, items in sorted(groups.items()):
+        accounts: dict[str, str] = {}
+        for account, _ in items:
+            accounts.setdefault(_account_key(account), account)
+        if len(accounts) < 2:
+            continue
+        shown = [accounts[k] for k in sorted(accounts)]
+        findings.append(Finding(
+            subject=f"payee:{payee}",
+            message=(f"Conflicting payment destinations for {text(items[0][1], 'payee')}: "
+                     f"{', '.join(shown)}; confirm the right account before paying"),
+            severity=Severity.CRITICAL,
+            evidence=tuple(view.key for _, view in items),
+            details={
+                "payee": payee,
+                "accounts": shown,
+                "instructions": [ref(view) for _, view in items],
+            },
+        ))
+    return findings
+
+
+@rule("warranty_or_return_lapsing", reads=("purchase",), time_based=True)
+def warranty_or_return_lapsing(state: UserState, ctx: RuleContext) -> list[Finding]:
+    """A purchase's return window or warranty ends within ``lapse_days_ahead`` days.
+
+    A returned purchase raises neither. Return and warranty have separate
+    subjects (holding the date), so each is raised once and resolves once the
+    date passes, the item is returned or the date is corrected.
+    """
+    findings: list[Finding] = []
+    for view in state.of_type("purchase"):
+        if flag(view, "returned") is True:
+            continue
+        item = text(view, "item") or view.entity_id
+        for field, what, severity in (("return_by", "return", Severity.WARNING),
+                                      ("warranty_until", "warranty", Severity.INFO)):
+            until = day(view, field)
+            if until is None:
+                continue
+            days = (until - ctx.today).days
+            if not 0 <= days <= ctx.lapse_days_ahead:
+                continue
+            noun = "The return window" if what == "return" else "The warranty"
+            findings.append(Finding(
+                subject=f"{ref(view)}|{what}|{until.isoformat()}",
+                message=(f"{noun} for {item} ends {until.isoformat()} ({days_left(days)})"),
+                severity=severity,
+                evidence=(view.key,),
+                details={
+                    "item": item,
+                    "kind": what,
+                    "deadline": until.isoformat(),
+                    "days_remaining": days,
+                    "merchant": text(view, "merchant"),
+                },
+            ))
+    return findings
