@@ -77,8 +77,12 @@ class StateStore(ABC):
 
 def dump(store: StateStore) -> bytes:
     """Canonical bytes of everything a store holds: equal stores give equal bytes."""
-    from uac.streams.codec import alert_event_to_dict, alert_to_dict, fact_to_dict
-    from uac.streams.codec import state_change_to_dict
+    from uac.streams.codec import (
+        alert_event_to_dict,
+        alert_to_dict,
+        fact_to_dict,
+        state_change_to_dict,
+    )
 
     out: dict[str, Any] = {"checkpoint": _checkpoint_dict(store.checkpoint()), "users": {}}
     for user in store.users():

@@ -23,23 +23,31 @@ class WindowPolicy:
         self.count = 0
         self.first: datetime | None = None
 
+    def closes_before(self, record: LogRecord) -> str | None:
+        """Return a reason to close the open window *before* ``record`` (its event time
+        is ``max_span`` or more away from the window's first fact, or it is a tick), or None."""
+        if isinstance(record, Tick) and self.open:
+            self.reset()
+            return "tick"
+        if (isinstance(record, Fact) and self.first is not None
+                and abs(record.observed_time - self.first) >= self.max_span):
+            self.reset()
+            return "span"
+        return None
+
     def closes_after(self, record: LogRecord) -> str | None:
-        """Feed one record; return the reason to close the window after it, or None."""
+        """Feed one record; return a reason to close the window after it (size, tick), or None."""
         if isinstance(record, Tick):
             self.reset()
             return "tick"
         if not isinstance(record, Fact):
             return None
         self.count += 1
-        t = record.observed_time
         if self.first is None:
-            self.first = t
+            self.first = record.observed_time
         if self.count >= self.max_facts:
             self.reset()
             return "size"
-        if abs(t - self.first) >= self.max_span:
-            self.reset()
-            return "span"
         return None
 
     def reset(self) -> None:

@@ -193,14 +193,30 @@ def derive_entity_id(entity_type: str, attributes: Mapping[str, JsonValue], fall
 
 
 def _typed(spec: FieldSpec, value: JsonValue) -> Any:
+    """The typed value of a stored attribute; None where it does not fit the field."""
     if value is None:
         return None
-    if spec.kind == "date":
-        return date.fromisoformat(value)
-    if spec.kind == "datetime":
-        return to_utc(value)
-    if spec.kind == "list":
-        return tuple(value)
+    try:
+        return _coerce_typed(spec.kind, value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _coerce_typed(kind: str, value: JsonValue) -> Any:
+    if kind == "date":
+        return date.fromisoformat(str(value)[:10])
+    if kind == "datetime":
+        return to_utc(str(value))
+    if kind == "list":
+        return tuple(str(v) for v in value) if isinstance(value, list) else None
+    if kind == "bool":
+        return value if isinstance(value, bool) else None
+    if kind in ("int", "float"):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        return int(value) if kind == "int" else float(value)
+    if kind == "str":
+        return value if isinstance(value, str) else str(value)
     return value
 
 

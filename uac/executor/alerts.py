@@ -78,7 +78,9 @@ def alert_id_for(user_id: str, rule_id: str, subject: str) -> str:
 
 def evidence_for(state: UserState, finding: Finding) -> Evidence:
     """The entities a finding names, the live facts behind them and those facts' sources."""
-    entities, fact_ids, sources = [], set(), set()
+    entities: list[str] = []
+    fact_ids: set[str] = set()
+    sources: set[str] = set()
     for etype, eid in finding.evidence:
         entities.append(f"{etype}/{eid}")
         view = state.entity(etype, eid)

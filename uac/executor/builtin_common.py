@@ -11,7 +11,7 @@ from __future__ import annotations
 import calendar
 import math
 import re
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime
 
 from uac.checkpointer.state import EntityView
 
@@ -176,7 +176,3 @@ def country_key(value: str | None) -> str | None:
         return None
     return _COUNTRY_KEYS.get(joined, joined)
 
-
-def day_span(start: date, end: date) -> list[date]:
-    """Every date from ``start`` to ``end`` inclusive (empty if ``end < start``)."""
-    return [start + timedelta(days=i) for i in range((end - start).days + 1)]

@@ -1,4 +1,4 @@
-"""Codecs for log records, alerts and state changes: bytes/dicts <-> records. No I/O; every byte decoded is untrusted."""
+"""Codecs for log records, alerts and state changes. No I/O; every byte decoded is untrusted."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def fact_from_dict(data: Mapping[str, Any]) -> Fact:
     if not isinstance(confidence, int | float) or isinstance(confidence, bool):
         raise ValidationError("'confidence' must be a number")
     try:
-        op = Op(data.get("op"))
+        op = Op(str(data.get("op")))
         valid, observed = to_utc(_str(data, "valid_time")), to_utc(_str(data, "observed_time"))
     except ValueError as exc:
         raise ValidationError(str(exc)) from None

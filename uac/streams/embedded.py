@@ -209,10 +209,14 @@ class EmbeddedPipeline:
             else:
                 summary.ticks += 1
             self._advance_watermark([record])
+            before = self._policy.closes_before(record)
+            if before is not None:
+                out.append(WindowMark(self._next_window, reason=before))
+                self._next_window += 1
             out.append(record)
-            reason = self._policy.closes_after(record)
-            if reason is not None:
-                out.append(WindowMark(self._next_window, reason=reason))
+            after = self._policy.closes_after(record)
+            if after is not None:
+                out.append(WindowMark(self._next_window, reason=after))
                 self._next_window += 1
         if final and self._policy.open:
             out.append(WindowMark(self._next_window, reason="end"))

@@ -1,0 +1,1 @@
+"""The checkpointer: the fold, typed state, windows, and the state stores."""

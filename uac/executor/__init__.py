@@ -1,0 +1,1 @@
+"""The executor: rules (built-in and user), alerts, and read-only queries."""

@@ -1,0 +1,1 @@
+"""Streams: the fact log, codecs, observation parsing, rejects, the embedded runner."""
