@@ -1,0 +1,35 @@
+"""Shared fixtures: fresh memories in temporary directories, the bundled demo history."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from uac.settings import Settings
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+DEMO = Path(__file__).resolve().parent.parent / "uac" / "examples" / "demo.jsonl"
+
+
+@pytest.fixture
+def settings_factory(tmp_path: Path) -> Callable[..., Settings]:
+    """Make Settings for a fresh data dir under tmp_path (``name`` picks the subdirectory)."""
+
+    def make(name: str = "memory", **overrides: object) -> Settings:
+        return Settings(data_dir=tmp_path / name, **overrides)  # type: ignore[arg-type]
+
+    return make
+
+
+@pytest.fixture
+def settings(settings_factory: Callable[..., Settings]) -> Settings:
+    return settings_factory()
+
+
+@pytest.fixture
+def demo_path() -> Path:
+    return DEMO
