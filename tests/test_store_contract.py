@@ -16,6 +16,7 @@ from uac.domains.facts import make_fact
 from uac.errors import StoreBusyError, StoreError
 from uac.executor.alerts import Alert, AlertEvent, AlertEventKind, AlertStatus, Evidence
 from uac.executor.rules import Severity
+from uac.streams.codec import encode_record
 
 NOW = datetime(2025, 7, 8, 15, 20, tzinfo=UTC)
 
@@ -51,7 +52,7 @@ def batch() -> CommitBatch:
                    attributes={"destination": "Paris", "international": True},
                    valid_time="2025-07-08", provenance=("bk-1",))
     b = CommitBatch(Checkpoint(3, 0, NOW, 1))
-    b.facts = [(0, f1), (1, f2)]
+    b.facts = [(0, f1, encode_record(f1)), (1, f2, encode_record(f2))]
     b.entities = {
         ("maya", "medication", "amoxicillin"): EntityRow("maya", "medication", "amoxicillin", True,
                                                          dict(f1.attributes), 1),

@@ -86,12 +86,12 @@ class Checkpointer:
         (None: once at the end). Records after the last window mark wait for their mark."""
         summary = CheckpointSummary()
         batch: CommitBatch | None = None
-        pending: list[tuple[int, Fact]] = []
+        pending: list[tuple[int, Fact, bytes]] = []
         ticks: list[Tick] = []
         windows_in_batch = 0
-        for offset, record in self.log.read(self._checkpoint.log_offset):
+        for offset, record, raw in self.log.read_entries(self._checkpoint.log_offset):
             if isinstance(record, Fact):
-                pending.append((offset, record))
+                pending.append((offset, record, raw))
             elif isinstance(record, Tick):
                 ticks.append(record)
             elif isinstance(record, WindowMark):
@@ -111,14 +111,14 @@ class Checkpointer:
             self._commit(batch)
         return summary
 
-    def _close_window(self, window_id: int, next_offset: int, facts: list[tuple[int, Fact]],
+    def _close_window(self, window_id: int, next_offset: int, facts: list[tuple[int, Fact, bytes]],
                       ticks: list[Tick], summary: CheckpointSummary) -> CommitBatch:
         prev = self._checkpoint
-        times = [f.observed_time for _, f in facts] + [t.time for t in ticks]
+        times = [f.observed_time for _, f, _ in facts] + [t.time for t in ticks]
         watermark = max([*times, prev.watermark] if prev.watermark else times, default=None)
-        for _, fact in facts:  # load touched users before folding
-            self._user(fact.user_id)
-        changes = fold_window(self.states, (f for _, f in facts))
+        for user_id in {f.user_id for _, f, _ in facts}:  # load touched users before folding
+            self._user(user_id)
+        changes = fold_window(self.states, (f for _, f, _ in facts))
         batch = CommitBatch(Checkpoint(next_offset, window_id, watermark, prev.alert_seq))
         batch.facts = list(facts)
         for user_id, user_changes in changes.items():

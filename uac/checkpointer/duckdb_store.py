@@ -19,7 +19,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from datetime import date, datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -28,7 +28,7 @@ import orjson
 
 from uac.checkpointer.records import Checkpoint, CommitBatch, EntityRow, StateChange
 from uac.checkpointer.store import StateStore
-from uac.domains.catalog import SQL_TYPES, EntityType, entity_types
+from uac.domains.catalog import GENERIC_TYPE, SQL_TYPES, EntityType, entity_types
 from uac.domains.facts import Fact, iso, to_utc
 from uac.errors import StoreBusyError, StoreError
 from uac.executor.alerts import Alert, AlertEvent
@@ -39,7 +39,6 @@ from uac.streams.codec import (
     alert_from_dict,
     alert_to_dict,
     decode_record,
-    encode_record,
     state_change_from_dict,
     state_change_to_dict,
 )
@@ -53,8 +52,7 @@ CREATE SCHEMA IF NOT EXISTS store;
 CREATE TABLE IF NOT EXISTS store.meta (key VARCHAR PRIMARY KEY, value VARCHAR);
 CREATE TABLE IF NOT EXISTS store.facts (
   log_offset BIGINT, fact_id VARCHAR, user_id VARCHAR, entity_type VARCHAR, entity_id VARCHAR,
-  op VARCHAR, attributes JSON, valid_time TIMESTAMP, observed_time TIMESTAMP,
-  confidence DOUBLE, provenance VARCHAR[], supersedes VARCHAR[], source VARCHAR, record VARCHAR);
+  record VARCHAR);
 CREATE TABLE IF NOT EXISTS store.entities (
   user_id VARCHAR, entity_type VARCHAR, entity_id VARCHAR, attributes JSON, state_version BIGINT);
 CREATE TABLE IF NOT EXISTS store.alerts (
@@ -83,6 +81,34 @@ def queryable_tables() -> frozenset[str]:
     return frozenset(USER_TABLES) | frozenset(typed_tables())
 
 
+FACTS_VIEW = """SELECT user_id, log_offset, fact_id, entity_type, entity_id,
+  json_extract_string(record, '$.op') AS op,
+  json_extract(record, '$.attributes') AS attributes,
+  TRY_CAST(json_extract_string(record, '$.valid_time') AS TIMESTAMP) AS valid_time,
+  TRY_CAST(json_extract_string(record, '$.observed_time') AS TIMESTAMP) AS observed_time,
+  TRY_CAST(json_extract_string(record, '$.confidence') AS DOUBLE) AS confidence,
+  TRY_CAST(json_extract(record, '$.provenance') AS VARCHAR[]) AS provenance,
+  TRY_CAST(json_extract(record, '$.supersedes') AS VARCHAR[]) AS supersedes,
+  json_extract_string(record, '$.source') AS source
+FROM store.facts"""
+"""What ``facts`` looks like to a query: typed columns read from the stored record."""
+
+
+def _typed_select(etype: EntityType) -> str:
+    """SQL that turns rows of the entity batch into the typed table's columns."""
+    cols = []
+    for spec in etype.fields:
+        if spec.kind == "json":
+            cols.append("extra")
+        elif spec.kind == "list":
+            cols.append(f"TRY_CAST(json_extract(attributes, '$.{spec.name}') AS VARCHAR[])")
+        else:
+            cols.append(f"TRY_CAST(json_extract_string(attributes, '$.{spec.name}') "
+                        f"AS {SQL_TYPES[spec.kind]})")
+    return (f"SELECT user_id, entity_id, {', '.join(cols)} FROM uac_entities "
+            f"WHERE present AND entity_type = '{etype.name}'")
+
+
 def _typed_ddl(etype: EntityType) -> str:
     cols = ", ".join(f'"{f.name}" {SQL_TYPES[f.kind]}' for f in etype.fields)
     return (f"CREATE TABLE IF NOT EXISTS store.{etype.table} "
@@ -96,33 +122,7 @@ def _one(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = No
 
 
 def _naive(value: datetime | None) -> datetime | None:
-    return value.astimezone(to_utc(value).tzinfo).replace(tzinfo=None) if value else None
-
-
-def _cell(kind: str, value: Any) -> Any:
-    """A typed column value from an attribute (None where the value does not fit)."""
-    if value is None:
-        return None
-    try:
-        if kind == "date":
-            return date.fromisoformat(str(value)[:10])
-        if kind == "datetime":
-            return to_utc(str(value)).replace(tzinfo=None)
-        if kind == "json":
-            return orjson.dumps(value).decode()
-        if kind == "list":
-            return [str(v) for v in value] if isinstance(value, list) else None
-        if kind == "bool":
-            return value if isinstance(value, bool) else None
-        if kind == "int":
-            return int(value) if isinstance(value, int | float) and not isinstance(value, bool) \
-                else None
-        if kind == "float":
-            return float(value) if isinstance(value, int | float) and not isinstance(
-                value, bool) else None
-        return str(value)
-    except (ValueError, TypeError, OverflowError):
-        return None
+    return value.astimezone(UTC).replace(tzinfo=None) if value else None
 
 
 class DuckDBStateStore(StateStore):
@@ -273,78 +273,66 @@ class DuckDBStateStore(StateStore):
         finally:
             con.unregister("uac_keys")
 
-    def _write_facts(self, con: duckdb.DuckDBPyConnection, facts: list[tuple[int, Fact]]) -> None:
+    def _write_facts(self, con: duckdb.DuckDBPyConnection,
+                     facts: list[tuple[int, Fact, bytes]]) -> None:
         import pyarrow as pa
 
         self._insert(con, "facts", {
-            "log_offset": pa.array([o for o, _ in facts], pa.int64()),
-            "fact_id": [f.fact_id for _, f in facts],
-            "user_id": [f.user_id for _, f in facts],
-            "entity_type": [f.entity_type for _, f in facts],
-            "entity_id": [f.entity_id for _, f in facts],
-            "op": [f.op.value for _, f in facts],
-            "attributes": [orjson.dumps(f.attributes).decode() for _, f in facts],
-            "valid_time": pa.array([_naive(f.valid_time) for _, f in facts], pa.timestamp("us")),
-            "observed_time": pa.array([_naive(f.observed_time) for _, f in facts],
-                                      pa.timestamp("us")),
-            "confidence": pa.array([f.confidence for _, f in facts], pa.float64()),
-            "provenance": pa.array([list(f.provenance) for _, f in facts], pa.list_(pa.string())),
-            "supersedes": pa.array([list(f.supersedes) for _, f in facts], pa.list_(pa.string())),
-            "source": [f.source for _, f in facts],
-            "record": [encode_record(f).decode() for _, f in facts],
+            "log_offset": pa.array([o for o, _, _ in facts], pa.int64()),
+            "fact_id": [f.fact_id for _, f, _ in facts],
+            "user_id": [f.user_id for _, f, _ in facts],
+            "entity_type": [f.entity_type for _, f, _ in facts],
+            "entity_id": [f.entity_id for _, f, _ in facts],
+            "record": pa.array([raw for _, _, raw in facts], pa.binary()).cast(pa.string()),
         })
 
     def _write_entities(self, con: duckdb.DuckDBPyConnection,
                         entities: dict[tuple[str, str, str], EntityRow]) -> None:
+        """Replace the touched entities' rows in ``entities`` and in the typed tables.
+
+        Python hands DuckDB one batch (ids + attributes as JSON); DuckDB casts the
+        typed columns itself (``TRY_CAST``: a value that does not fit becomes NULL).
+        """
         import pyarrow as pa
 
         rows = list(entities.values())
-        self._replace_keys(con, "entities", ("user_id", "entity_type", "entity_id"), {
-            "user_id": [r.user_id for r in rows], "entity_type": [r.entity_type for r in rows],
-            "entity_id": [r.entity_id for r in rows]})
-        live = [r for r in rows if r.exists]
-        if live:
-            self._insert(con, "entities", {
-                "user_id": [r.user_id for r in live],
-                "entity_type": [r.entity_type for r in live],
-                "entity_id": [r.entity_id for r in live],
-                "attributes": [orjson.dumps(r.attributes, option=orjson.OPT_SORT_KEYS).decode()
-                               for r in live],
-                "state_version": pa.array([r.state_version for r in live], pa.int64()),
-            })
-        by_type: dict[str, list[EntityRow]] = defaultdict(list)
-        for row in rows:
-            by_type[row.entity_type].append(row)
-        tables = {t.name: t for t in entity_types()}
-        for type_name, typed_rows in by_type.items():
-            etype = tables.get(type_name)
-            if etype is None:
-                continue
-            self._replace_keys(con, etype.table, ("user_id", "entity_id"), {
-                "user_id": [r.user_id for r in typed_rows],
-                "entity_id": [r.entity_id for r in typed_rows]})
-            present = [r for r in typed_rows if r.exists]
-            if present:
-                self._insert_typed(con, etype, present)
+        generic = {t.name: t for t in entity_types()}.get(GENERIC_TYPE)
+        known = {f.name for f in generic.fields} if generic else set()
+        batch = pa.table({
+            "user_id": [r.user_id for r in rows],
+            "entity_type": [r.entity_type for r in rows],
+            "entity_id": [r.entity_id for r in rows],
+            "attributes": [orjson.dumps(r.attributes, option=orjson.OPT_SORT_KEYS).decode()
+                           for r in rows],
+            "state_version": pa.array([r.state_version for r in rows], pa.int64()),
+            "present": pa.array([r.exists for r in rows], pa.bool_()),
+            "extra": [orjson.dumps({k: v for k, v in r.attributes.items() if k not in known}
+                                   ).decode() if r.entity_type == GENERIC_TYPE else None
+                      for r in rows],
+        })
+        con.register("uac_entities", batch)
+        try:
+            self._delete_matching(con, "entities", ("user_id", "entity_type", "entity_id"))
+            con.execute("INSERT INTO store.entities SELECT user_id, entity_type, entity_id, "
+                        "attributes, state_version FROM uac_entities WHERE present")
+            types = {t.name: t for t in entity_types()}
+            for type_name in sorted({r.entity_type for r in rows}):
+                etype = types.get(type_name)
+                if etype is None:
+                    continue
+                self._delete_matching(con, etype.table, ("user_id", "entity_id"),
+                                      f"k.entity_type = '{etype.name}'")
+                con.execute(f"INSERT INTO store.{etype.table} {_typed_select(etype)}")
+        finally:
+            con.unregister("uac_entities")
 
-    def _insert_typed(self, con: duckdb.DuckDBPyConnection, etype: EntityType,
-                      rows: list[EntityRow]) -> None:
-        import pyarrow as pa
-
-        arrow_types = {"str": pa.string(), "int": pa.int64(), "float": pa.float64(),
-                       "bool": pa.bool_(), "date": pa.date32(), "datetime": pa.timestamp("us"),
-                       "list": pa.list_(pa.string()), "json": pa.string()}
-        columns: dict[str, Any] = {
-            "user_id": [r.user_id for r in rows], "entity_id": [r.entity_id for r in rows]}
-        known = {f.name for f in etype.fields}
-        for spec in etype.fields:
-            if spec.kind == "json":  # the catch-all column: every attribute no field names
-                values = [_cell("json", {k: v for k, v in r.attributes.items()
-                                         if k not in known} or None) for r in rows]
-            else:
-                values = [_cell(spec.kind, r.attributes.get(spec.name)) for r in rows]
-            columns[spec.name] = pa.array(values, arrow_types[spec.kind])
-        self._insert(con, etype.table, columns)
+    def _delete_matching(self, con: duckdb.DuckDBPyConnection, table: str,
+                         keys: tuple[str, ...], where: str = "true") -> None:
+        """Delete rows of ``table`` whose keys appear in the registered ``uac_entities`` batch."""
+        if _one(con, f"SELECT count(*) = 0 FROM store.{table}")[0]:
+            return
+        cond = " AND ".join(f"t.{k} = k.{k}" for k in keys)
+        con.execute(f"DELETE FROM store.{table} t USING uac_entities k WHERE {cond} AND {where}")
 
     def _write_alerts(self, con: duckdb.DuckDBPyConnection,
                       events: list[tuple[int, int, AlertEvent]]) -> None:
@@ -452,7 +440,8 @@ class DuckDBStateStore(StateStore):
         if self._scoped_user != user_id:
             literal = "'" + user_id.replace("'", "''") + "'"
             for table in sorted(queryable_tables()):
+                source = f"({FACTS_VIEW})" if table == "facts" else f"store.{table}"
                 con.execute(f"CREATE OR REPLACE TEMP VIEW {table} AS "
-                            f"SELECT * FROM store.{table} WHERE user_id = {literal}")
+                            f"SELECT * FROM {source} WHERE user_id = {literal}")
             self._scoped_user = user_id
         yield

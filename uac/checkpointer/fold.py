@@ -53,9 +53,12 @@ def apply_fact(user: UserState, fact: Fact) -> EntityKey | None:
     key = (fact.entity_type, fact.entity_id)
     entity = user.entities.get(key)
     if entity is None:
-        entity = user.entities[key] = EntityState(fact.entity_type, fact.entity_id)
+        entity = EntityState(fact.entity_type, fact.entity_id)
+        user.add_entity(entity)
     entity.facts[fid] = fact
+    user.touched(fact.entity_type)
     if fact.supersedes:
+        user.touched()
         new_refs = [r for r in fact.supersedes if r not in user.superseded]
         for ref in fact.supersedes:
             user.superseded.setdefault(ref, set()).add(fid)

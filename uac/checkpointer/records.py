@@ -52,7 +52,8 @@ class CommitBatch:
     """Everything one or more windows produced, committed atomically with the checkpoint."""
 
     checkpoint: Checkpoint
-    facts: list[tuple[int, Fact]] = field(default_factory=list)
+    facts: list[tuple[int, Fact, bytes]] = field(default_factory=list)
+    """(log offset, fact, the fact's encoded log record)."""
     entities: dict[tuple[str, str, str], EntityRow] = field(default_factory=dict)
     state_changes: list[StateChange] = field(default_factory=list)
     alert_events: list[tuple[int, int, AlertEvent]] = field(default_factory=list)

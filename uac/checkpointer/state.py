@@ -113,6 +113,19 @@ class UserState:
     entities: dict[EntityKey, EntityState] = field(default_factory=dict)
     superseded: dict[str, set[str]] = field(default_factory=dict)
     fact_ids: set[str] = field(default_factory=set)
+    by_type: dict[str, dict[str, EntityState]] = field(default_factory=dict)
+    _views: dict[str, list[EntityView]] = field(default_factory=dict)
+
+    def add_entity(self, entity: EntityState) -> None:
+        self.entities[(entity.entity_type, entity.entity_id)] = entity
+        self.by_type.setdefault(entity.entity_type, {})[entity.entity_id] = entity
+
+    def touched(self, entity_type: str | None = None) -> None:
+        """Forget cached views of a type (of every type when None) after a change."""
+        if entity_type is None:
+            self._views.clear()
+        else:
+            self._views.pop(entity_type, None)
 
     def is_superseded(self, fact: Fact) -> bool:
         sup = self.superseded
@@ -126,10 +139,13 @@ class UserState:
         return state.view() if state is not None and state.exists else None
 
     def of_type(self, entity_type: str) -> list[EntityView]:
-        """Every current entity of a type, ordered by id."""
-        return [
-            s.view() for (t, _), s in sorted(self.entities.items()) if t == entity_type and s.exists
-        ]
+        """Every current entity of a type, ordered by id (a cached list: do not mutate it)."""
+        views = self._views.get(entity_type)
+        if views is None:
+            members = self.by_type.get(entity_type, {})
+            views = [members[i].view() for i in sorted(members) if members[i].exists]
+            self._views[entity_type] = views
+        return views
 
     def current(self) -> Iterator[EntityView]:
         """Every current entity, ordered by (type, id)."""

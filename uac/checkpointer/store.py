@@ -123,7 +123,7 @@ class InMemoryStateStore(StateStore):
         return self._checkpoint
 
     def commit(self, batch: CommitBatch) -> None:
-        for offset, fact in batch.facts:
+        for offset, fact, _ in batch.facts:
             self._facts.setdefault(fact.user_id, []).append((offset, fact))
         for (user, etype, eid), row in batch.entities.items():
             rows = self._entities.setdefault(user, {})

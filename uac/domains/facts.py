@@ -102,19 +102,20 @@ def fact_id_for(
     op: Op,
     attributes: Mapping[str, JsonValue],
     valid_time: datetime,
+    observed_time: datetime,
     provenance: tuple[str, ...],
     supersedes: tuple[str, ...] = (),
+    confidence: float = 1.0,
+    source: str = "observation",
 ) -> str:
-    """The fact id: a hash of content and provenance (observed time and confidence excluded)."""
+    """The fact id: a hash of every field (content, times, provenance).
+
+    Two facts with the same id are the same fact, so keeping either is the
+    same; re-extracting or re-ingesting the same source yields the same id.
+    """
     return derive_id(
-        user_id,
-        entity_type,
-        entity_id,
-        op.value,
-        dict(attributes),
-        iso(valid_time),
-        sorted(provenance),
-        sorted(supersedes),
+        user_id, entity_type, entity_id, op.value, dict(attributes), iso(valid_time),
+        iso(observed_time), sorted(provenance), sorted(supersedes), confidence, source,
     )
 
 
@@ -139,14 +140,9 @@ def make_fact(
     prov = tuple(provenance)
     sup = tuple(supersedes)
     fid = fact_id_for(
-        user_id=user_id,
-        entity_type=entity_type,
-        entity_id=entity_id,
-        op=op,
-        attributes=attrs,
-        valid_time=valid,
-        provenance=prov,
-        supersedes=sup,
+        user_id=user_id, entity_type=entity_type, entity_id=entity_id, op=op, attributes=attrs,
+        valid_time=valid, observed_time=observed, provenance=prov, supersedes=sup,
+        confidence=confidence, source=source,
     )
     return Fact(fid, user_id, entity_type, entity_id, op, attrs, valid, observed, confidence,
                 prov, sup, source)

@@ -8,6 +8,7 @@ values, messages) is untrusted: it only ever appears through :func:`literal`
 
 from __future__ import annotations
 
+import keyword
 import math
 from collections.abc import Mapping
 from datetime import UTC, date, datetime
@@ -92,6 +93,4 @@ def block(name: str, annotation: str, entries: list[tuple[str, str]], indent: st
 
 def is_identifier(name: str) -> bool:
     """A plain Python identifier that is not a keyword (safe as a module or class name)."""
-    import keyword
-
     return name.isidentifier() and not keyword.iskeyword(name) and name.isascii()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -46,16 +47,31 @@ def fact_to_dict(fact: Fact) -> dict[str, Any]:
 
 def _str(data: Mapping[str, Any], name: str) -> str:
     value = data.get(name)
-    if not isinstance(value, str) or not value:
+    if value.__class__ is not str or not value:
         raise ValidationError(f"{name!r} must be a non-empty string, got {value!r}")
     return value
 
 
 def _strs(data: Mapping[str, Any], name: str) -> tuple[str, ...]:
-    value = data.get(name, [])
+    value = data.get(name, ())
+    if not value:
+        return ()
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ValidationError(f"{name!r} must be a list of strings")
     return tuple(value)
+
+
+def _time(data: Mapping[str, Any], name: str) -> datetime:
+    value = data.get(name)
+    if not isinstance(value, str):
+        raise ValidationError(f"{name!r} must be an ISO 8601 time, got {value!r}")
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValidationError(f"{name!r} is not an ISO 8601 time: {value!r}") from None
+    if parsed.tzinfo is UTC:
+        return parsed
+    return to_utc(parsed)
 
 
 def fact_from_dict(data: Mapping[str, Any]) -> Fact:
@@ -66,17 +82,22 @@ def fact_from_dict(data: Mapping[str, Any]) -> Fact:
     confidence = data.get("confidence", 1.0)
     if not isinstance(confidence, int | float) or isinstance(confidence, bool):
         raise ValidationError("'confidence' must be a number")
-    try:
-        op = Op(str(data.get("op")))
-        valid, observed = to_utc(_str(data, "valid_time")), to_utc(_str(data, "observed_time"))
-    except ValueError as exc:
-        raise ValidationError(str(exc)) from None
+    op = _OPS.get(data.get("op"))  # type: ignore[arg-type]
+    if op is None:
+        raise ValidationError(f"'op' must be one of {sorted(_OPS)}, got {data.get('op')!r}")
+    version = data.get("version", 1)
+    if not isinstance(version, int):
+        raise ValidationError("'version' must be an integer")
+    source = data.get("source", "observation")
     return Fact(
         _str(data, "fact_id"), _str(data, "user_id"), _str(data, "entity_type"),
-        _str(data, "entity_id"), op, attrs, valid, observed, float(confidence),
-        _strs(data, "provenance"), _strs(data, "supersedes"), str(data.get("source", "observation")),
-        int(data.get("version", 1)),
+        _str(data, "entity_id"), op, attrs, _time(data, "valid_time"),
+        _time(data, "observed_time"), float(confidence), _strs(data, "provenance"),
+        _strs(data, "supersedes"), source if isinstance(source, str) else "observation", version,
     )
+
+
+_OPS = {op.value: op for op in Op}
 
 
 def decode_record(line: bytes | str) -> LogRecord:

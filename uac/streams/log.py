@@ -41,8 +41,13 @@ class FactLog(ABC):
         """Append records in order, skipping facts already in the log (by fact id)."""
 
     @abstractmethod
+    def read_entries(self, start: int = 0) -> Iterator[tuple[int, LogRecord, bytes]]:
+        """Records from offset ``start`` to the current end: (offset, record, encoded bytes)."""
+
     def read(self, start: int = 0) -> Iterator[tuple[int, LogRecord]]:
         """Records from offset ``start`` to the current end, with their offsets."""
+        for offset, record, _ in self.read_entries(start):
+            yield offset, record
 
     @abstractmethod
     def end_offset(self) -> int:
@@ -69,7 +74,7 @@ class InMemoryFactLog(FactLog):
     """The log as a Python list: for tests and for embedding without a disk."""
 
     def __init__(self) -> None:
-        self._records: list[LogRecord] = []
+        self._records: list[tuple[LogRecord, bytes]] = []
         self._ids: set[str] = set()
 
     def append(self, records: Sequence[LogRecord]) -> AppendResult:
@@ -80,14 +85,15 @@ class InMemoryFactLog(FactLog):
                     duplicates += 1
                     continue
                 self._ids.add(record.fact_id)
-            self._records.append(record)
+            self._records.append((record, encode_record(record)))
             appended += 1
         return AppendResult(appended, duplicates, len(self._records))
 
-    def read(self, start: int = 0) -> Iterator[tuple[int, LogRecord]]:
+    def read_entries(self, start: int = 0) -> Iterator[tuple[int, LogRecord, bytes]]:
         end = len(self._records)
         for offset in range(max(start, 0), end):
-            yield offset, self._records[offset]
+            record, raw = self._records[offset]
+            yield offset, record, raw
 
     def end_offset(self) -> int:
         return len(self._records)
@@ -194,7 +200,7 @@ class FileFactLog(FactLog):
                     self._positions.append(position)
         return AppendResult(len(lines), duplicates, self._end)
 
-    def read(self, start: int = 0) -> Iterator[tuple[int, LogRecord]]:
+    def read_entries(self, start: int = 0) -> Iterator[tuple[int, LogRecord, bytes]]:
         if self._out is not None:
             self._out.flush()
         if not self.path.exists():
@@ -209,9 +215,10 @@ class FileFactLog(FactLog):
                     return  # a writer is mid-line: stop at the last complete record
                 if offset >= start:
                     try:
-                        yield offset, decode_record(line)
+                        record = decode_record(line)
                     except ValidationError as exc:
                         raise LogError(f"{self.path}, offset {offset}: {exc}") from None
+                    yield offset, record, line[:-1]
                 offset += 1
 
     def end_offset(self) -> int:
