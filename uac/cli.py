@@ -8,86 +8,23 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
-from functools import wraps
 from pathlib import Path
-from typing import Any, TypeVar
 
 import click
-import orjson
 
 from uac import api
-from uac.domains.facts import iso, to_utc
-from uac.errors import UacError
+from uac.cli_common import (
+    _count_lines,
+    _time,
+    emit_json,
+    handle_errors,
+    progress_bar,
+    settings_of,
+)
+from uac.cli_read import register
+from uac.domains.facts import iso
 from uac.settings import Settings
-
-F = TypeVar("F", bound=Callable[..., Any])
-EXAMPLE = Path(__file__).parent / "examples" / "demo.jsonl"
-
-
-def _default(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return iso(value)
-    if hasattr(value, "isoformat"):
-        return value.isoformat()
-    if isinstance(value, set | frozenset | tuple):
-        return list(value)
-    return str(value)
-
-
-def emit_json(data: Any) -> None:
-    click.echo(orjson.dumps(data, default=_default, option=orjson.OPT_INDENT_2
-                            | orjson.OPT_NON_STR_KEYS).decode())
-
-
-def _time(ctx: click.Context, param: click.Parameter, value: str | None) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        return to_utc(value)
-    except ValueError:
-        raise click.BadParameter(f"not an ISO 8601 date or time: {value!r}") from None
-
-
-def handle_errors(fn: F) -> F:
-    """Turn uac errors into one clear line on stderr and exit status 1."""
-
-    @wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except UacError as exc:
-            hint = " (this is temporary: retry)" if exc.retriable else ""
-            click.echo(f"uac: error: {exc}{hint}", err=True)
-            sys.exit(1)
-        except FileNotFoundError as exc:
-            click.echo(f"uac: error: no such file: {exc.filename}", err=True)
-            sys.exit(1)
-
-    return wrapper  # type: ignore[return-value]
-
-
-@contextmanager
-def progress_bar(label: str, total: int | None, enabled: bool) -> Iterator[Callable[[int], None]]:
-    """A progress bar on stderr when it is a terminal (or ``enabled``); else a no-op."""
-    if not (enabled or sys.stderr.isatty()):
-        yield lambda n: None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-    with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=Console(stderr=True), transient=False) as bar:
-        task = bar.add_task(label, total=total)
-        yield lambda n: bar.advance(task, n)
-
-
-def _count_lines(path: Path) -> int:
-    with open(path, "rb") as fh:
-        return sum(1 for _ in fh)
-
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--data-dir", type=click.Path(path_type=Path), envvar="UAC_DATA_DIR",
@@ -121,12 +58,6 @@ def main(ctx: click.Context, data_dir: Path, lock_timeout: float, verbose: int) 
         ctx.obj = Settings(data_dir=data_dir, lock_timeout=lock_timeout)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-
-
-def settings_of(ctx: click.Context) -> Settings:
-    settings = ctx.obj
-    assert isinstance(settings, Settings)
-    return settings
 
 
 @main.command()
@@ -192,8 +123,6 @@ def tick(ctx: click.Context, at: datetime | None, as_json: bool) -> None:
         click.echo(f"tick {iso(when)}: {result.raised} alerts raised, {result.resolved} resolved"
                    + ("" if result.ticks else " (event time was already past it)"))
 
-
-from uac.cli_read import register  # noqa: E402  (the reading commands live beside)
 
 register(main)
 

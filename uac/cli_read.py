@@ -11,7 +11,7 @@ import click
 
 from uac import api
 from uac.checkpointer.records import EntityRow
-from uac.cli import EXAMPLE, _time, emit_json, handle_errors, progress_bar, settings_of
+from uac.cli_common import EXAMPLE, _time, emit_json, handle_errors, progress_bar, settings_of
 from uac.domains.catalog import entity_types
 from uac.domains.facts import iso
 from uac.executor.alerts import Alert, AlertStatus

@@ -26,6 +26,7 @@ Everything here uses fixed dates: nothing reads the wall clock.
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import tempfile
@@ -141,9 +142,10 @@ class _Generator:
         self.drafts.append(_Draft(record, observed_on or valid_on, index))
         return source_id
 
-    def fresh(self, *key: str) -> bool:
-        """Reserve a natural key; False if it is taken (draw again)."""
-        if key in self.keys:
+    def fresh(self, attempt: int, *key: str) -> bool:
+        """Reserve a natural key; False if it is taken (draw again). After many attempts (a short
+        span of days) a taken key is accepted: the record then updates that entity, as in life."""
+        if key in self.keys and attempt < 50:
             return False
         self.keys.add(key)
         return True
@@ -159,10 +161,10 @@ class _Generator:
     # -- base records ----------------------------------------------------------------------------
     def trip(self, international: bool | None = None) -> None:
         abroad = self.rng.random() < 0.4 if international is None else international
-        while True:
+        for attempt in itertools.count():
             destination, country = self.rng.choice(ABROAD if abroad else DOMESTIC)
             start = self.day()
-            if self.fresh("trip", destination, start.isoformat()):
+            if self.fresh(attempt, "trip", destination, start.isoformat()):
                 break
         end = start + timedelta(days=self.rng.randint(1, 14))
         cost = self.money(60_000, 500_000) if abroad else self.money(15_000, 150_000)
@@ -192,9 +194,9 @@ class _Generator:
                                   "on": on, "fixed": False})
 
     def purchase(self) -> None:
-        while True:
+        for attempt in itertools.count():
             item, on = self.rng.choice(ITEMS), self.day()
-            if self.fresh("purchase", item, on.isoformat()):
+            if self.fresh(attempt, "purchase", item, on.isoformat()):
                 break
         attrs: dict[str, Any] = {"item": item, "price": self.money(999, 250_000), "currency": "USD",
                                  "purchased_on": on.isoformat(), "merchant": self.rng.choice(SHOPS),
@@ -215,9 +217,9 @@ class _Generator:
         self.medications.setdefault(name, {"on": on})
 
     def appointment(self) -> None:
-        while True:
+        for attempt in itertools.count():
             title, start = self.rng.choice(APPOINTMENTS), self.slot(self.day())
-            if self.fresh("appointment", title, start.isoformat()):
+            if self.fresh(attempt, "appointment", title, start.isoformat()):
                 break
         end = start + timedelta(minutes=self.rng.choice((30, 45, 60)))
         attrs = {"title": title, "start": _z(start), "end": _z(end),
@@ -226,9 +228,9 @@ class _Generator:
         self.appointments.append({"attrs": attrs, "on": start.date()})
 
     def event(self) -> None:
-        while True:
+        for attempt in itertools.count():
             title, start = self.rng.choice(EVENTS), self.slot(self.day())
-            if self.fresh("event", title, start.isoformat()):
+            if self.fresh(attempt, "event", title, start.isoformat()):
                 break
         end = start + timedelta(hours=self.rng.choice((1, 2, 3)))
         attrs = {"title": title, "start": _z(start), "end": _z(end),

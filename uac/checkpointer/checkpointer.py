@@ -63,7 +63,7 @@ class Checkpointer:
         self.open_alerts: dict[str, dict[str, Alert]] = {}
         self.versions: dict[str, int] = {}
         self._checkpoint = store.checkpoint()
-        self._time_types = frozenset(t for r in self.rules if r.time_based for t in r.reads)
+        self._time_types = frozenset(t for r in self.rules if r.time_based for t in r.anchors)
 
     @property
     def checkpoint(self) -> Checkpoint:
@@ -162,7 +162,7 @@ class Checkpointer:
         if ticked and self._time_types:
             users.update(self.store.users_with_types(self._time_types))
             users.update(u for u, s in self.states.items()
-                         if any(t in self._time_types for t, _ in s.entities))
+                         if any(t in s.by_type for t in self._time_types))
         seq = batch.checkpoint.alert_seq
         for user_id in sorted(users):
             changed = {c.entity_type for c in changes.get(user_id, ())

@@ -112,6 +112,8 @@ def evaluate(
     events: list[AlertEvent] = []
     failures: list[RuleFailure] = []
     for rule in rules:
+        if not _worth_running(rule, state, open_alerts):
+            continue
         try:
             findings = _findings(rule, state, ctx)
         except Exception as exc:  # a rule is code; its failure is data, not a crash
@@ -138,6 +140,13 @@ def evaluate(
                 del open_alerts[aid]
                 events.append(AlertEvent(AlertEventKind.RESOLVED, resolved, ctx.now))
     return events, failures
+
+
+def _worth_running(rule: Rule, state: UserState, open_alerts: dict[str, Alert]) -> bool:
+    """False when the user has none of the rule's anchor types and no open alert of it."""
+    if any(state.by_type.get(t) for t in rule.anchors):
+        return True
+    return any(a.rule_id == rule.rule_id for a in open_alerts.values())
 
 
 def _resolved(alert: Alert, at: datetime) -> Alert:

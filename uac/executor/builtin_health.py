@@ -139,7 +139,7 @@ def _active(med: EntityView) -> bool:
     return status is None or status.lower() not in STOPPED
 
 
-@rule("drug_allergy", reads=("allergy", "medication"))
+@rule("drug_allergy", reads=("allergy", "medication"), requires=("allergy",))
 def drug_allergy(state: UserState, ctx: RuleContext) -> list[Finding]:
     """An active medication matches an allergy, directly or through its drug class.
 

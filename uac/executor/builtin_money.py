@@ -42,7 +42,7 @@ def _money(amount: float, currency: str | None) -> str:
     return f"{amount:.2f} {currency}" if currency else f"{amount:.2f}"
 
 
-@rule("spending_limit", reads=("budget", "transaction"), time_based=True)
+@rule("spending_limit", reads=("budget", "transaction"), time_based=True, requires=("budget",))
 def spending_limit(state: UserState, ctx: RuleContext) -> list[Finding]:
     """Spending in a budget's category over the current week/month/year exceeds its limit.
 

@@ -39,7 +39,7 @@ def _international(trip: EntityView, passports: list[EntityView]) -> bool:
     return destination is not None and bool(homes) and destination not in homes
 
 
-@rule("passport_validity", reads=("trip", "passport"), time_based=True)
+@rule("passport_validity", reads=("trip", "passport"), time_based=True, requires=("passport",))
 def passport_validity(state: UserState, ctx: RuleContext) -> list[Finding]:
     """An upcoming international trip with no passport valid six months past the return date.
 
@@ -91,7 +91,7 @@ def _single_entry(visa: EntityView) -> bool:
     return "single" in words(text(visa, "entries"))
 
 
-@rule("single_entry_visa_used", reads=("visa", "trip"), time_based=True)
+@rule("single_entry_visa_used", reads=("visa", "trip"), time_based=True, requires=("visa",))
 def single_entry_visa_used(state: UserState, ctx: RuleContext) -> list[Finding]:
     """An upcoming trip relies on a single-entry visa that was already used.
 

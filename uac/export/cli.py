@@ -1,30 +1,15 @@
-"""The ``uac export`` command. ``uac.cli`` is imported lazily: it registers this command."""
+"""The ``uac export`` command (registered on the ``uac`` group by ``uac.cli_read``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import wraps
 from pathlib import Path
-from typing import Any, TypeVar
 
 import click
 
+from uac.cli_common import emit_json, handle_errors, progress_bar, settings_of
 from uac.domains.facts import iso
 from uac.export.exporter import ExportSummary, export_all, export_user
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _handle_errors(fn: F) -> F:
-    """``uac.cli.handle_errors``, looked up at call time (uac.cli imports this module)."""
-
-    @wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from uac.cli import handle_errors
-
-        return handle_errors(fn)(*args, **kwargs)
-
-    return wrapper  # type: ignore[return-value]
+from uac.export.snapshot import list_users
 
 
 def _describe(summary: ExportSummary) -> str:
@@ -51,7 +36,7 @@ def _warn(summary: ExportSummary) -> None:
 @click.option("--progress/--no-progress", default=False, help="Force the progress bar on.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
 @click.pass_context
-@_handle_errors
+@handle_errors
 def export(ctx: click.Context, targets: tuple[str, ...], all_users: bool, force: bool,
            progress: bool, as_json: bool) -> None:
     """Write USER's memory into DIR as a self-contained Python project.
@@ -65,16 +50,12 @@ def export(ctx: click.Context, targets: tuple[str, ...], all_users: bool, force:
       python runner.py          # the open alerts, as `uac alerts alice --status open`
       python -m pytest
     """
-    from uac.cli import emit_json, progress_bar, settings_of
-
     settings = settings_of(ctx)
     expected = 1 if all_users else 2
     if len(targets) != expected:
         raise click.UsageError("expected --all DIR" if all_users else "expected USER DIR "
                                "(or --all DIR)")
     if all_users:
-        from uac.export.snapshot import list_users
-
         total = len(list_users(settings=settings))
         with progress_bar("export", total, progress) as advance:
             summaries = export_all(Path(targets[0]), settings=settings, force=force,

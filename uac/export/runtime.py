@@ -156,16 +156,29 @@ class Rule:
     evaluate: RuleFunction
     time_based: bool = False
     description: str = ""
+    requires: frozenset[str] = frozenset()
+    """The rule has nothing to say without an entity of one of these types (empty: ``reads``)."""
+
+    @property
+    def anchors(self) -> frozenset[str]:
+        """The types a user must have for this rule to be worth running."""
+        return self.requires or self.reads
+
+    def wants(self, changed_types: Iterable[str], tick: bool) -> bool:
+        """Should this rule run for a change of ``changed_types`` (and/or a clock tick)?"""
+        return (tick and self.time_based) or not self.reads.isdisjoint(changed_types)
 
 
 def rule(
-    rule_id: str, *, reads: Iterable[str], time_based: bool = False
+    rule_id: str, *, reads: Iterable[str], time_based: bool = False,
+    requires: Iterable[str] = (),
 ) -> Callable[[RuleFunction], Rule]:
     """Decorator turning a function ``(state, ctx) -> findings`` into a :class:`Rule`."""
 
     def wrap(fn: RuleFunction) -> Rule:
         doc = (fn.__doc__ or "").strip()
-        return Rule(rule_id, frozenset(reads), fn, time_based, doc.splitlines()[0] if doc else "")
+        return Rule(rule_id, frozenset(reads), fn, time_based, doc.splitlines()[0] if doc else "",
+                    frozenset(requires))
 
     return wrap
 

@@ -82,10 +82,10 @@ def _field_ok(value: object, hint: object) -> bool:
 
 
 def test_every_entity_loads_as_its_dataclass() -> None:
-    assert set(manifest.COUNTS) <= set(domains.MODELS)
+    assert set(domains.STATE) == set(manifest.COUNTS)
     for entity_type, models in domains.STATE.items():
         cls = domains.MODELS.get(entity_type, domains.MODELS["entity"])
-        assert len(models) == manifest.COUNTS.get(entity_type, len(models))
+        assert len(models) == manifest.COUNTS[entity_type]
         for entity_id, model in models.items():
             assert isinstance(model, cls), (entity_type, entity_id)
             hints = typing.get_type_hints(cls)
@@ -129,7 +129,7 @@ def readme(user_id: str, exported_at: str, entities: int, rules: int, alerts: in
 
 Exported by `uac export` (User as Code). The user's state is typed Python
 objects and the rules over it are ordinary Python functions; this project
-runs with plain Python 3.11+ and pytest, and does not need uac.
+runs with plain Python 3.11+ and pytest 7+, and does not need uac.
 
 Event time of the export: {exported_at} (the store's watermark; rules run at
 this time, never at the wall clock). {entities} entities, {rules} rules,
