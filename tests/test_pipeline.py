@@ -10,9 +10,9 @@ import orjson
 import pytest
 
 from uac import api
+from uac.checkpointer.duckdb_store import DuckDBStateStore
 from uac.checkpointer.state import UserState
 from uac.checkpointer.store import InMemoryStateStore, dump
-from uac.checkpointer.duckdb_store import DuckDBStateStore
 from uac.executor.alerts import AlertEventKind, AlertStatus
 from uac.executor.rules import Finding, RuleContext, rule
 from uac.settings import Settings

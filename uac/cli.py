@@ -26,6 +26,7 @@ from uac.cli_read import register
 from uac.domains.facts import iso
 from uac.settings import Settings
 
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--data-dir", type=click.Path(path_type=Path), envvar="UAC_DATA_DIR",
               default=Path(".uac"), show_default=True,
