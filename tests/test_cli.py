@@ -72,8 +72,11 @@ def test_errors_are_one_clear_line_and_a_status(tmp_path: Path) -> None:
     assert empty.returncode == 1 and "uac ingest" in empty.stderr
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"user": "x"}\n')
-    strict = uac(tmp_path / "mem", "ingest", str(bad), "--strict", check=False)
+    metrics = tmp_path / "uac.prom"
+    strict = uac(tmp_path / "mem", "ingest", str(bad), "--strict", "--metrics-file", str(metrics),
+                 check=False)
     assert strict.returncode == 3 and "bad.jsonl:1" in strict.stderr
+    assert 'uac_rejects_total{step_id="ingest.parse"} 1.0' in metrics.read_text()
     refused = uac(tmp_path / "mem", "query", "x", "--sql", "DROP TABLE trips", check=False)
     assert refused.returncode == 1 and "only read-only SELECT" in refused.stderr
 

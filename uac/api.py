@@ -41,14 +41,25 @@ __all__ = [
 
 # -- writing ------------------------------------------------------------------------------------
 def ingest(source: Path | str | Iterable[bytes | str], *, settings: Settings,
-           progress: Callable[[int], None] | None = None) -> IngestSummary:
-    """Ingest observations (a JSON Lines file, or lines) into the memory in ``settings.data_dir``."""
+           progress: Callable[[int], None] | None = None,
+           metrics_file: Path | None = None) -> IngestSummary:
+    """Ingest observations (a JSON Lines file, or lines) into the memory in ``settings.data_dir``.
+
+    ``metrics_file``: also write this run's Prometheus metrics there (text format, e.g. for
+    node_exporter's textfile collector).
+    """
     with EmbeddedPipeline(settings) as pipeline:
         if isinstance(source, Path | str):
             path = Path(source)
             with open(path, "rb") as fh:
-                return pipeline.ingest_lines(fh, path.name, progress)
-        return pipeline.ingest_lines(source, "<input>", progress)
+                summary = pipeline.ingest_lines(fh, path.name, progress)
+        else:
+            summary = pipeline.ingest_lines(source, "<input>", progress)
+        if metrics_file is not None:
+            from prometheus_client import write_to_textfile
+
+            write_to_textfile(str(metrics_file), pipeline.metrics.registry)
+        return summary
 
 
 def tick(at: datetime, *, settings: Settings) -> IngestSummary:

@@ -66,12 +66,14 @@ def main(ctx: click.Context, data_dir: Path, lock_timeout: float, verbose: int) 
 @click.option("--window-facts", type=click.IntRange(min=1), default=None,
               help="Close a checkpoint window after this many facts (default 1000).")
 @click.option("--strict", is_flag=True, help="Exit with status 3 if any line was rejected.")
+@click.option("--metrics-file", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Write this run's Prometheus metrics (text format) to this file.")
 @click.option("--progress/--no-progress", default=False, help="Force the progress bar on.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.pass_context
 @handle_errors
 def ingest(ctx: click.Context, files: tuple[Path, ...], window_facts: int | None, strict: bool,
-           progress: bool, as_json: bool) -> None:
+           metrics_file: Path | None, progress: bool, as_json: bool) -> None:
     """Append observations from JSON Lines FILES and fold them into state.
 
     One observation per line: {"user", "type", "attributes", "valid_time",
@@ -87,7 +89,8 @@ def ingest(ctx: click.Context, files: tuple[Path, ...], window_facts: int | None
     for path in files:
         total = _count_lines(path)
         with progress_bar(f"ingest {path.name}", total, progress) as advance:
-            results.append((path, api.ingest(path, settings=settings, progress=advance)))
+            results.append((path, api.ingest(path, settings=settings, progress=advance,
+                                             metrics_file=metrics_file)))
     rejected = sum(r.rejected for _, r in results)
     if as_json:
         emit_json([{"file": str(p), **vars(r)} for p, r in results])
