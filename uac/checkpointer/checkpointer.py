@@ -64,6 +64,7 @@ class Checkpointer:
         self.versions: dict[str, int] = {}
         self._checkpoint = store.checkpoint()
         self._time_types = frozenset(t for r in self.rules if r.time_based for t in r.anchors)
+        self._tick_users: set[str] | None = None  # users a tick must wake; loaded on first tick
 
     @property
     def checkpoint(self) -> Checkpoint:
@@ -159,10 +160,13 @@ class Checkpointer:
                    summary: CheckpointSummary) -> None:
         ctx = RuleContext(now, self.rule_settings.days_ahead, self.rule_settings.lapse_days_ahead)
         users = set(changes)
+        if self._tick_users is not None:  # keep the index of users ticks wake up to date
+            self._tick_users.update(u for u in changes if self._ticks_wake(u))
         if ticked and self._time_types:
-            users.update(self.store.users_with_types(self._time_types))
-            users.update(u for u, s in self.states.items()
-                         if any(t in s.by_type for t in self._time_types))
+            if self._tick_users is None:
+                self._tick_users = set(self.store.users_with_types(self._time_types))
+                self._tick_users.update(u for u in self.states if self._ticks_wake(u))
+            users.update(self._tick_users)
         seq = batch.checkpoint.alert_seq
         for user_id in sorted(users):
             changed = {c.entity_type for c in changes.get(user_id, ())
@@ -184,6 +188,10 @@ class Checkpointer:
                 summary.rule_failures += 1
         batch.checkpoint = Checkpoint(batch.checkpoint.log_offset, window_id,
                                       batch.checkpoint.watermark, seq)
+
+    def _ticks_wake(self, user_id: str) -> bool:
+        by_type = self.states[user_id].by_type
+        return any(t in by_type for t in self._time_types)
 
     def _reject_rule(self, failure: RuleFailure, window_id: int) -> None:
         self.metrics.rule_failures.labels(failure.rule_id).inc()

@@ -33,14 +33,6 @@ class EntityChange:
     kind: ChangeKind
 
 
-def _affected_by(user: UserState, refs: Iterable[str]) -> list[EntityState]:
-    wanted = set(refs)
-    return [
-        s for s in user.entities.values()
-        if any(fid in wanted or wanted.intersection(f.provenance) for fid, f in s.facts.items())
-    ]
-
-
 def apply_fact(user: UserState, fact: Fact) -> EntityKey | None:
     """Fold one fact into ``user`` in place. Returns the touched entity key, or None if a duplicate.
 
@@ -49,8 +41,14 @@ def apply_fact(user: UserState, fact: Fact) -> EntityKey | None:
     fid = fact.fact_id
     if fid in user.fact_ids:
         return None
-    user.fact_ids.add(fid)
     key = (fact.entity_type, fact.entity_id)
+    user.fact_ids[fid] = key
+    for ref in fact.provenance:
+        known = user.sources.get(ref)
+        if known is None:
+            user.sources[ref] = (key,)
+        elif key not in known:
+            user.sources[ref] = (*known, key)
     entity = user.entities.get(key)
     if entity is None:
         entity = EntityState(fact.entity_type, fact.entity_id)
@@ -62,7 +60,7 @@ def apply_fact(user: UserState, fact: Fact) -> EntityKey | None:
         new_refs = [r for r in fact.supersedes if r not in user.superseded]
         for ref in fact.supersedes:
             user.superseded.setdefault(ref, set()).add(fid)
-        for other in _affected_by(user, new_refs):
+        for other in user.entities_citing(new_refs):
             other.resolve(user.is_superseded)
     if user.is_superseded(fact):
         return key
@@ -99,7 +97,7 @@ def fold_window(
         if key not in seen:
             seen[key] = _fingerprint(user.entities.get(key))
         if fact.supersedes:  # a supersession may change other entities too
-            for other in _affected_by(user, fact.supersedes):
+            for other in user.entities_citing(fact.supersedes):
                 seen.setdefault((other.entity_type, other.entity_id), _fingerprint(other))
         apply_fact(user, fact)
     changes: dict[str, list[EntityChange]] = {}

@@ -112,7 +112,10 @@ class UserState:
     user_id: str
     entities: dict[EntityKey, EntityState] = field(default_factory=dict)
     superseded: dict[str, set[str]] = field(default_factory=dict)
-    fact_ids: set[str] = field(default_factory=set)
+    fact_ids: dict[str, EntityKey] = field(default_factory=dict)
+    """Every fact id of the user -> the entity it is about."""
+    sources: dict[str, tuple[EntityKey, ...]] = field(default_factory=dict)
+    """Every provenance id -> the entities its facts are about (to apply corrections fast)."""
     by_type: dict[str, dict[str, EntityState]] = field(default_factory=dict)
     _views: dict[str, list[EntityView]] = field(default_factory=dict)
 
@@ -158,10 +161,18 @@ class UserState:
             yield from state.facts.values()
 
     def fact(self, fact_id: str) -> Fact | None:
-        for state in self.entities.values():
-            if fact_id in state.facts:
-                return state.facts[fact_id]
-        return None
+        key = self.fact_ids.get(fact_id)
+        return self.entities[key].facts[fact_id] if key is not None else None
+
+    def entities_citing(self, refs: Iterable[str]) -> list[EntityState]:
+        """The entities holding a fact whose id or provenance is one of ``refs``."""
+        keys: set[EntityKey] = set()
+        for ref in refs:
+            key = self.fact_ids.get(ref)
+            if key is not None:
+                keys.add(key)
+            keys.update(self.sources.get(ref, ()))
+        return [self.entities[k] for k in sorted(keys)]
 
     def snapshot(self) -> dict[str, JsonValue]:
         return {
