@@ -85,12 +85,12 @@ _NATURAL_KEY_FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _day(value: datetime | date) -> str:
-    return value.strftime("%Y-%m-%d")
+def _day(value: date) -> str:
+    return value.isoformat()
 
 
 def _moment(value: datetime) -> str:
-    return value.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return value.replace(tzinfo=None).isoformat() + "Z"
 
 
 @dataclass(slots=True)
@@ -109,12 +109,13 @@ class FactGenerator:
     """Deterministic facts (and daily clock ticks) for ``users`` users over ``span`` of event time.
 
     ``records(total)`` yields ``total`` facts in event-time order, plus one
-    :class:`~uac.domains.facts.Tick` per simulated day when ``ticks`` is set.
+    :class:`~uac.domains.facts.Tick` per simulated day (at midnight) when ``ticks`` is set.
     """
 
     def __init__(self, seed: int, users: int | list[str], *, mix: Mapping[str, float] | None = None,
                  ops: OpMix | None = None, start: datetime = EPOCH,
-                 span: timedelta = timedelta(days=365), memory: int = 48) -> None:
+                 span: timedelta = timedelta(days=365), memory: int = 48,
+                 source_prefix: str = "src") -> None:
         self.rng = random.Random(seed)
         ids = users if isinstance(users, list) else [f"user-{i:05d}" for i in range(users)]
         self.users = [_User(u) for u in ids]
@@ -129,15 +130,16 @@ class FactGenerator:
         self.start = start
         self.span = span
         self.memory = memory
+        self.source_prefix = source_prefix
         self.last_time = start
 
     # -- the stream ----------------------------------------------------------------------------
     def records(self, total: int, *, ticks: bool = True) -> Iterator[Fact | Tick]:
-        """``total`` facts in event-time order (and a tick at 06:00 each simulated day)."""
+        """``total`` facts in event-time order (and a tick at midnight of each simulated day,
+        as a daily scheduler would send)."""
         step = self.span / max(total, 1)
-        next_tick = datetime(self.start.year, self.start.month, self.start.day, 6, tzinfo=UTC)
-        if next_tick <= self.start:
-            next_tick += timedelta(days=1)
+        next_tick = datetime(self.start.year, self.start.month, self.start.day,
+                             tzinfo=UTC) + timedelta(days=1)
         rng = self.rng
         for i in range(total):
             observed = self.start + step * i + timedelta(seconds=rng.random() * step.total_seconds())
@@ -151,16 +153,6 @@ class FactGenerator:
     def facts(self, total: int) -> list[Fact]:
         """``total`` facts, no ticks, as a list."""
         return [r for r in self.records(total, ticks=False) if isinstance(r, Fact)]
-
-    def one(self, user_id: str, observed: datetime, entity_type: str | None = None) -> Fact:
-        """One more fact for ``user_id`` at ``observed`` (a new entity of ``entity_type``, if given)."""
-        user = next((u for u in self.users if u.user_id == user_id), None)
-        if user is None:
-            user = _User(user_id)
-            self.users.append(user)
-        if entity_type is not None:
-            return self._create(user, observed, entity_type)
-        return self.fact(user, observed)
 
     # -- one fact ------------------------------------------------------------------------------
     def fact(self, user: _User, observed: datetime) -> Fact:
@@ -195,7 +187,7 @@ class FactGenerator:
 
     def _source(self, user: _User) -> str:
         user.serial += 1
-        return f"src-{user.user_id}-{user.serial}"
+        return f"{self.source_prefix}-{user.user_id}-{user.serial}"
 
     def _emit(self, user: _User, observed: datetime, etype: str, eid: str, op: Op,
               attrs: dict[str, Any], valid: datetime, source: str | None = None,

@@ -74,9 +74,12 @@ def apply_fact(user: UserState, fact: Fact) -> EntityKey | None:
 _Fingerprint = tuple[bool, dict[str, object]]
 
 
+_ABSENT: _Fingerprint = (False, {})
+
+
 def _fingerprint(entity: EntityState | None) -> _Fingerprint:
     if entity is None or not entity.exists:
-        return (False, {})
+        return _ABSENT
     return (True, {k: v for k, (_, v, _) in entity.winners.items() if v is not None})
 
 
@@ -105,12 +108,11 @@ def fold_window(
         user = states[user_id]
         out = []
         for key, (existed, values) in sorted(seen.items()):
-            exists, now_values = _fingerprint(user.entities.get(key))
-            if exists and not existed:
-                kind = ChangeKind.CREATED
-            elif existed and not exists:
-                kind = ChangeKind.DELETED
-            elif exists and values != now_values:
+            entity = user.entities.get(key)
+            exists = entity is not None and entity.exists
+            if exists != existed:
+                kind = ChangeKind.CREATED if exists else ChangeKind.DELETED
+            elif exists and values != _fingerprint(entity)[1]:
                 kind = ChangeKind.UPDATED
             else:
                 kind = ChangeKind.HISTORY
