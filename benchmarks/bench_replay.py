@@ -102,6 +102,7 @@ def _run_child(data_dir: Path, timeout: float) -> dict[str, Any]:
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)
     buffer = b""
+    shown = time.monotonic()
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -121,6 +122,11 @@ def _run_child(data_dir: Path, timeout: float) -> dict[str, Any]:
         for line in lines:
             if line.strip():
                 last.update(json.loads(line))
+        if time.monotonic() - shown >= 30 and "progress_records" in last:
+            shown = time.monotonic()
+            total = last.get("log_records") or 1
+            print(f"  replay: {last['progress_records']:,} of {total:,} log records "
+                  f"after {last['progress_s']:.0f} s", flush=True)
     sel.close()
     proc.wait()
     stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""

@@ -63,6 +63,8 @@ class Checkpointer:
         self.open_alerts: dict[str, dict[str, Alert]] = {}
         self.versions: dict[str, int] = {}
         self._checkpoint = store.checkpoint()
+        # nothing committed yet (a first ingest, a replay): no user state to load from the store
+        self._store_empty = self._checkpoint.window_id < 0
         self._time_types = frozenset(t for r in self.rules if r.time_based for t in r.anchors)
         self._tick_users: set[str] | None = None  # users a tick must wake; loaded on first tick
 
@@ -74,10 +76,15 @@ class Checkpointer:
     def _user(self, user_id: str) -> UserState:
         state = self.states.get(user_id)
         if state is None:
-            state = fold(self.store.load_facts(user_id)).get(user_id) or UserState(user_id)
+            if self._store_empty:
+                state, alerts, version = UserState(user_id), {}, 0
+            else:
+                state = fold(self.store.load_facts(user_id)).get(user_id) or UserState(user_id)
+                alerts = self.store.open_alerts(user_id)
+                version = self.store.user_version(user_id)
             self.states[user_id] = state
-            self.open_alerts[user_id] = self.store.open_alerts(user_id)
-            self.versions[user_id] = self.store.user_version(user_id)
+            self.open_alerts[user_id] = alerts
+            self.versions[user_id] = version
         return state
 
     # -- the loop ------------------------------------------------------------------------------
@@ -164,7 +171,8 @@ class Checkpointer:
             self._tick_users.update(u for u in changes if self._ticks_wake(u))
         if ticked and self._time_types:
             if self._tick_users is None:
-                self._tick_users = set(self.store.users_with_types(self._time_types))
+                self._tick_users = set() if self._store_empty else set(
+                    self.store.users_with_types(self._time_types))
                 self._tick_users.update(u for u in self.states if self._ticks_wake(u))
             users.update(self._tick_users)
         seq = batch.checkpoint.alert_seq
