@@ -39,7 +39,6 @@ from uac.streams.codec import (
     alert_to_dict,
     decode_record,
     state_change_from_dict,
-    state_change_to_dict,
 )
 
 log = logging.getLogger(__name__)
@@ -62,8 +61,7 @@ CREATE TABLE IF NOT EXISTS store.alert_events (
   seq BIGINT, window_id BIGINT, user_id VARCHAR, alert_id VARCHAR, kind VARCHAR, event_time TIMESTAMP,
   record VARCHAR);
 CREATE TABLE IF NOT EXISTS store.state_changes (
-  user_id VARCHAR, state_version BIGINT, window_id BIGINT, now TIMESTAMP, changes JSON,
-  record VARCHAR);
+  user_id VARCHAR, state_version BIGINT, window_id BIGINT, now TIMESTAMP, changes JSON);
 CREATE TABLE IF NOT EXISTS store.users (user_id VARCHAR, state_version BIGINT);
 """
 
@@ -250,7 +248,6 @@ class DuckDBStateStore(StateStore):
                 "now": [_naive(c.now) for c in changes],
                 "changes": [orjson.dumps([[x.entity_type, x.entity_id, x.kind.value]
                                           for x in c.changes]).decode() for c in changes],
-                "record": [orjson.dumps(state_change_to_dict(c)).decode() for c in changes],
             })
         if batch.user_versions:
             self._replace_keys(con, "users", ("user_id",),
@@ -411,9 +408,12 @@ class DuckDBStateStore(StateStore):
 
     def state_changes(self, user_id: str) -> list[StateChange]:
         rows = self._read(lambda con: con.execute(
-            "SELECT record FROM store.state_changes WHERE user_id = ? "
-            "ORDER BY window_id, state_version", [user_id]).fetchall())
-        return [state_change_from_dict(orjson.loads(r[0])) for r in rows]
+            "SELECT state_version, window_id, now, changes FROM store.state_changes "
+            "WHERE user_id = ? ORDER BY window_id, state_version", [user_id]).fetchall())
+        return [state_change_from_dict({
+            "user_id": user_id, "state_version": v, "window_id": w,
+            "now": iso(now.replace(tzinfo=UTC)), "changes": orjson.loads(changes)})
+            for v, w, now, changes in rows]
 
     # -- queries -------------------------------------------------------------------------------
     def query(self, user_id: str, sql: str) -> QueryResult:
