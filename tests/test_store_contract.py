@@ -60,7 +60,6 @@ def batch() -> CommitBatch:
     b.state_changes = [StateChange("maya", 1, 0, NOW, (EntityChange(
         "medication", "amoxicillin", ChangeKind.CREATED),))]
     b.alert_events = [(1, 0, AlertEvent(AlertEventKind.RAISED, alert(), NOW))]
-    b.user_versions = {"maya": 1, "bob": 1}
     return b
 
 
@@ -96,7 +95,8 @@ def test_deleting_an_entity_and_resolving_an_alert(store_factory: Callable[[], S
         "maya", "medication", "amoxicillin", False, {}, 2)}
     later.alert_events = [(2, 1, AlertEvent(AlertEventKind.RESOLVED,
                                             alert(AlertStatus.RESOLVED), NOW))]
-    later.user_versions = {"maya": 2}
+    later.state_changes = [StateChange("maya", 2, 1, NOW, (EntityChange(
+        "medication", "amoxicillin", ChangeKind.DELETED),))]
     store.commit(later)
     assert store.entities("maya") == []
     assert store.alerts("maya")[0].status is AlertStatus.RESOLVED

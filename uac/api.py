@@ -68,6 +68,10 @@ def tick(at: datetime, *, settings: Settings) -> IngestSummary:
         return pipeline.tick(at)
 
 
+REPLAY_COMMIT_WINDOWS = 100
+"""A replay commits every this many windows, so its outputs never pile up in memory."""
+
+
 @dataclass(frozen=True, slots=True)
 class ReplaySummary:
     """What a replay rebuilt, how long it took, and (with ``check``) whether it matched."""
@@ -94,7 +98,7 @@ def replay(*, settings: Settings, check: bool = False,
         checkpointer = Checkpointer(
             log_, store, InMemoryRejectStore(), default_rules(),
             rule_settings=RuleSettings(settings.rule_days_ahead, settings.lapse_days_ahead))
-        run = checkpointer.run(commit_every=None, progress=progress)
+        run = checkpointer.run(commit_every=REPLAY_COMMIT_WINDOWS, progress=progress)
         records = log_.end_offset()
         rebuilt = dump(store) if check else b""
     seconds = time.perf_counter() - started

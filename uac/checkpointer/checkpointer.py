@@ -149,7 +149,6 @@ class Checkpointer:
                         user_id: str, changes: list[EntityChange]) -> None:
         version = self.versions.get(user_id, 0) + 1
         self.versions[user_id] = version
-        batch.user_versions[user_id] = version
         state = self.states[user_id]
         for change in changes:
             if change.kind is ChangeKind.HISTORY:

@@ -2,7 +2,7 @@
 
 Tables live in schema ``store``: ``facts``, ``entities`` (current values as
 JSON), one typed table per entity type (``trips``, ``medications``, ...),
-``alerts``, ``alert_events``, ``state_changes``, ``users`` and ``checkpoint``.
+``alerts``, ``alert_events``, ``state_changes`` and ``meta`` (the checkpoint).
 It is rebuildable from the log at any time (``uac replay``).
 
 DuckDB allows one writing process or many reading ones. Readers and writers
@@ -15,6 +15,7 @@ readers get their turn between commits.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -62,7 +63,6 @@ CREATE TABLE IF NOT EXISTS store.alert_events (
   record VARCHAR);
 CREATE TABLE IF NOT EXISTS store.state_changes (
   user_id VARCHAR, state_version BIGINT, window_id BIGINT, now TIMESTAMP, changes JSON);
-CREATE TABLE IF NOT EXISTS store.users (user_id VARCHAR, state_version BIGINT);
 """
 
 USER_TABLES = ("facts", "entities", "alerts", "alert_events", "state_changes")
@@ -126,13 +126,17 @@ class DuckDBStateStore(StateStore):
     """State in a DuckDB file (or ``:memory:``). See the module docstring for locking."""
 
     def __init__(self, path: Path | str, *, read_only: bool = False, lock_timeout: float = 30.0,
-                 share: bool = False) -> None:
+                 share: bool = False, hold_seconds: float = 0.5) -> None:
         self.path = str(path)
         self.read_only = read_only
         self.lock_timeout = lock_timeout
         self.share = share and self.path != ":memory:"
+        self.hold_seconds = hold_seconds
         self._con: duckdb.DuckDBPyConnection | None = None
+        self._opened_at = 0.0
         self._scoped_user: str | None = None
+        self._lock = threading.RLock()
+        self._idle_timer: threading.Timer | None = None
         if read_only and self.path != ":memory:" and not Path(self.path).exists():
             raise StoreError(f"no state store at {self.path}: ingest something first "
                              "(uac ingest FILE) or point --data-dir at an existing one")
@@ -151,6 +155,7 @@ class DuckDBStateStore(StateStore):
         while True:
             try:
                 self._con = duckdb.connect(self.path, read_only=self.read_only)
+                self._opened_at = time.monotonic()
                 return self._con
             except duckdb.IOException as exc:
                 if "lock" not in str(exc).lower():
@@ -166,10 +171,26 @@ class DuckDBStateStore(StateStore):
 
     def release(self) -> None:
         """Close the connection so other processes can open the file (reopened on demand)."""
-        if self._con is not None:
-            self._con.close()
-            self._con = None
-            self._scoped_user = None
+        with self._lock:
+            if self._idle_timer is not None:
+                self._idle_timer.cancel()
+                self._idle_timer = None
+            if self._con is not None:
+                self._con.close()
+                self._con = None
+                self._scoped_user = None
+
+    def _after_commit(self) -> None:
+        """In ``share`` mode: let other processes in after ``hold_seconds`` of holding the file,
+        or once the writer has been idle that long, whichever comes first."""
+        if time.monotonic() - self._opened_at >= self.hold_seconds:
+            self.release()
+            return
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+        self._idle_timer = threading.Timer(self.hold_seconds, self.release)
+        self._idle_timer.daemon = True
+        self._idle_timer.start()
 
     def close(self) -> None:
         self.release()
@@ -182,11 +203,12 @@ class DuckDBStateStore(StateStore):
                     [str(SCHEMA_VERSION)])
 
     def _read(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
-        con = self._connection()
-        try:
-            return fn(con)
-        except duckdb.CatalogException as exc:
-            raise StoreError(f"{self.path} is not a uac state store ({exc})") from None
+        with self._lock:
+            con = self._connection()
+            try:
+                return fn(con)
+            except duckdb.CatalogException as exc:
+                raise StoreError(f"{self.path} is not a uac state store ({exc})") from None
 
     # -- the checkpointer's side ---------------------------------------------------------------
     def checkpoint(self) -> Checkpoint:
@@ -203,30 +225,39 @@ class DuckDBStateStore(StateStore):
     def commit(self, batch: CommitBatch) -> None:
         if self.read_only:
             raise StoreError(f"{self.path} was opened read-only")
-        con = self._connection()
-        try:
-            con.execute("BEGIN TRANSACTION")
-            self._write(con, batch)
-            cp = batch.checkpoint
-            value = orjson.dumps({"log_offset": cp.log_offset, "window_id": cp.window_id,
-                                  "alert_seq": cp.alert_seq,
-                                  "watermark": iso(cp.watermark) if cp.watermark else None})
-            con.execute("INSERT OR REPLACE INTO store.meta VALUES ('checkpoint', ?)",
-                        [value.decode()])
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
-        finally:
-            if self.share:
-                self.release()
+        with self._lock:
+            con = self._connection()
+            try:
+                con.execute("BEGIN TRANSACTION")
+                self._write(con, batch)
+                cp = batch.checkpoint
+                value = orjson.dumps({"log_offset": cp.log_offset, "window_id": cp.window_id,
+                                      "alert_seq": cp.alert_seq,
+                                      "watermark": iso(cp.watermark) if cp.watermark else None})
+                con.execute("INSERT OR REPLACE INTO store.meta VALUES ('checkpoint', ?)",
+                            [value.decode()])
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            finally:
+                if self.share:
+                    self._after_commit()
 
-    def _insert(self, con: duckdb.DuckDBPyConnection, table: str, columns: dict[str, Any],
-                schema: Any = None) -> None:
+    _SMALL = 64
+
+    def _insert(self, con: duckdb.DuckDBPyConnection, table: str,
+                columns: dict[str, list[Any]]) -> None:
+        """Insert rows given as columns: one VALUES statement when few, Arrow when many."""
+        rows = len(next(iter(columns.values())))
+        if rows <= self._SMALL:
+            marks = "(" + ", ".join("?" * len(columns)) + ")"
+            params = [value for row in zip(*columns.values(), strict=True) for value in row]
+            con.execute(f"INSERT INTO store.{table} VALUES {', '.join([marks] * rows)}", params)
+            return
         import pyarrow as pa
 
-        arrow = pa.table(columns, schema=schema)
-        con.register("uac_batch", arrow)
+        con.register("uac_batch", pa.table(columns))
         try:
             con.execute(f"INSERT INTO store.{table} SELECT * FROM uac_batch")
         finally:
@@ -249,19 +280,12 @@ class DuckDBStateStore(StateStore):
                 "changes": [orjson.dumps([[x.entity_type, x.entity_id, x.kind.value]
                                           for x in c.changes]).decode() for c in changes],
             })
-        if batch.user_versions:
-            self._replace_keys(con, "users", ("user_id",),
-                               {"user_id": list(batch.user_versions)})
-            self._insert(con, "users", {"user_id": list(batch.user_versions),
-                                        "state_version": list(batch.user_versions.values())})
 
     def _replace_keys(self, con: duckdb.DuckDBPyConnection, table: str, keys: tuple[str, ...],
                       columns: dict[str, list[Any]]) -> None:
         """Delete the rows of ``table`` whose key columns match the given key rows."""
         import pyarrow as pa
 
-        if _one(con, f"SELECT count(*) = 0 FROM store.{table}")[0]:
-            return
         con.register("uac_keys", pa.table(columns))
         try:
             cond = " AND ".join(f"t.{k} = k.{k}" for k in keys)
@@ -271,15 +295,13 @@ class DuckDBStateStore(StateStore):
 
     def _write_facts(self, con: duckdb.DuckDBPyConnection,
                      facts: list[tuple[int, Fact, bytes]]) -> None:
-        import pyarrow as pa
-
         self._insert(con, "facts", {
-            "log_offset": pa.array([o for o, _, _ in facts], pa.int64()),
+            "log_offset": [o for o, _, _ in facts],
             "fact_id": [f.fact_id for _, f, _ in facts],
             "user_id": [f.user_id for _, f, _ in facts],
             "entity_type": [f.entity_type for _, f, _ in facts],
             "entity_id": [f.entity_id for _, f, _ in facts],
-            "record": pa.array([raw for _, _, raw in facts], pa.binary()).cast(pa.string()),
+            "record": [raw.decode() for _, _, raw in facts],
         })
 
     def _write_entities(self, con: duckdb.DuckDBPyConnection,
@@ -325,8 +347,6 @@ class DuckDBStateStore(StateStore):
     def _delete_matching(self, con: duckdb.DuckDBPyConnection, table: str,
                          keys: tuple[str, ...], where: str = "true") -> None:
         """Delete rows of ``table`` whose keys appear in the registered ``uac_entities`` batch."""
-        if _one(con, f"SELECT count(*) = 0 FROM store.{table}")[0]:
-            return
         cond = " AND ".join(f"t.{k} = k.{k}" for k in keys)
         con.execute(f"DELETE FROM store.{table} t USING uac_entities k WHERE {cond} AND {where}")
 
@@ -376,8 +396,8 @@ class DuckDBStateStore(StateStore):
 
     def user_version(self, user_id: str) -> int:
         row = self._read(lambda con: _one(
-            con, "SELECT state_version FROM store.users WHERE user_id = ?", [user_id]))
-        return int(row[0]) if row else 0
+            con, "SELECT max(state_version) FROM store.state_changes WHERE user_id = ?", [user_id]))
+        return int(row[0]) if row and row[0] is not None else 0
 
     def users_with_types(self, entity_types: Iterable[str]) -> list[str]:
         wanted = sorted(set(entity_types))

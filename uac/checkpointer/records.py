@@ -58,7 +58,6 @@ class CommitBatch:
     state_changes: list[StateChange] = field(default_factory=list)
     alert_events: list[tuple[int, int, AlertEvent]] = field(default_factory=list)
     """(sequence number, window id, event)."""
-    user_versions: dict[str, int] = field(default_factory=dict)
 
     def merge(self, other: CommitBatch) -> None:
         """Fold a later batch into this one (later entity rows win)."""
@@ -67,7 +66,6 @@ class CommitBatch:
         self.entities.update(other.entities)
         self.state_changes.extend(other.state_changes)
         self.alert_events.extend(other.alert_events)
-        self.user_versions.update(other.user_versions)
 
     @property
     def empty(self) -> bool:

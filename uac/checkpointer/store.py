@@ -40,7 +40,7 @@ class StateStore(ABC):
 
     @abstractmethod
     def user_version(self, user_id: str) -> int:
-        """The user's state version (0 if unknown)."""
+        """The user's state version: that of its latest state change (0 if none)."""
 
     @abstractmethod
     def entities(self, user_id: str) -> list[EntityRow]:
@@ -137,7 +137,8 @@ class InMemoryStateStore(StateStore):
             self._events.setdefault(alert.user_id, []).append((seq, window, event))
         for change in batch.state_changes:
             self._changes.setdefault(change.user_id, []).append(change)
-        self._versions.update(batch.user_versions)
+            self._versions[change.user_id] = max(self._versions.get(change.user_id, 0),
+                                                 change.state_version)
         self._checkpoint = batch.checkpoint
 
     def load_facts(self, user_id: str) -> list[Fact]:
