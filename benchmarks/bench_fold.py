@@ -7,6 +7,7 @@ state takes (one more, untimed, run).
 
 from __future__ import annotations
 
+import gc
 import tracemalloc
 
 from benchmarks.config import Config
@@ -36,6 +37,11 @@ def run(cfg: Config) -> list[Figure]:
 
     window_times = repeat(by_window, repeats=cfg.fold_repeats, warmup=1)
     plain_times = repeat(plain, repeats=cfg.fold_repeats, warmup=1)
+    gc.disable()
+    try:
+        nogc_times = repeat(by_window, repeats=cfg.fold_repeats, warmup=0)
+    finally:
+        gc.enable()
     settle()
     tracemalloc.start()
     kept = fold(facts)
@@ -56,6 +62,11 @@ def run(cfg: Config) -> list[Figure]:
                "facts/s", cfg.fold_repeats, TARGET_FACTS_PER_S, "min",
                detail={"facts": n, "seconds": plain_times},
                note=f"{mix}; fold() in one call, no change classification"),
+        Figure("fold_window_nogc_facts_per_s", "fold_window with the garbage collector off (diagnosis)",
+               n / median(nogc_times), "facts/s", cfg.fold_repeats,
+               detail={"seconds": nogc_times},
+               note="as fold_window above with gc.disable(): the difference is the cyclic garbage "
+                    "collector's share of the fold (uac runs with it on)"),
         Figure("fold_state_peak_mib", "fold: traced peak memory of the state", peak / 2**20, "MiB",
                1, detail={"facts": n},
                note="tracemalloc peak while folding all facts with fold() (the facts themselves "

@@ -77,16 +77,25 @@ def run(cfg: Config) -> list[Figure]:
     peak = result.get("maxrss_kib")
     if peak is None:  # the child was killed: the largest waited-for child is the replay
         peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    stopped = None
+    if not result.get("done"):
+        total = result.get("log_records") or 1
+        share = 100 * result.get("stopped_at_records", 0) / total
+        stopped = (f"> {result.get('stopped_after_s', cfg.replay_timeout):.0f} s (stopped at "
+                   f"{share:.0f}%, ~{result.get('extrapolated_s', 0):.0f} s extrapolated)")
+    at_stop = "" if result.get("done") else " (at the stop)"
     return [
         Figure("replay_1m_seconds", f"replay of {cfg.replay_facts:,} facts", seconds, "s", 1,
-               TARGET_SECONDS, "max", primary=True, detail=detail, note=note),
-        Figure("replay_facts_per_s", "replay throughput",
+               TARGET_SECONDS, "max", primary=True, detail=detail, note=note, display=stopped),
+        Figure("replay_facts_per_s", "replay throughput" + at_stop,
                cfg.replay_facts / seconds if seconds else result.get("records_per_s_so_far"),
                "facts/s", 1, note="facts / replay seconds (when stopped: log records/s so far)"),
-        Figure("replay_peak_rss_mib", "peak memory (max RSS) of the replay process",
+        Figure("replay_peak_rss_mib", "peak memory (max RSS) of the replay process" + at_stop,
                peak / 1024, "MiB", 1,
                note="resource.getrusage(RUSAGE_SELF).ru_maxrss in the replay child after the replay "
-                    "(interpreter and imports included)"),
+                    "(interpreter and imports included)" + (
+                        "; the replay was stopped, so this is the peak up to the stop" if at_stop
+                        else "")),
     ]
 
 
@@ -141,7 +150,7 @@ def _store_counts(path: Path) -> dict[str, Any]:
 
     con = duckdb.connect(str(path), read_only=True)
     try:
-        out = {}
+        out: dict[str, Any] = {}
         for table in ("facts", "entities", "alert_events", "users"):
             row = con.execute(f"SELECT count(*) FROM store.{table}").fetchone()
             out[f"rows_{table}"] = int(row[0]) if row else 0

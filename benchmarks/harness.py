@@ -31,6 +31,8 @@ class Figure:
     """One of the figures the issue sets a target for (the others are context or diagnosis)."""
     detail: dict[str, Any] = field(default_factory=dict)
     note: str = ""
+    display: str | None = None
+    """What the table shows instead of the value (e.g. for a run that was stopped)."""
 
     @property
     def passed(self) -> bool | None:
@@ -49,7 +51,11 @@ class Figure:
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        if self.value is not None:
+            data["value"] = float(f"{self.value:.6g}")
         data["passed"] = self.passed
+        if self.display is None:
+            del data["display"]
         return data
 
 
@@ -159,7 +165,7 @@ def render_table(figures: list[Figure]) -> str:
     rows = []
     for fig in figures:
         verdict = {True: "PASS", False: "FAIL", None: ""}[fig.passed]
-        value = "timeout" if fig.value is None else f"{_number(fig.value)} {fig.unit}"
+        value = fig.display or ("-" if fig.value is None else f"{_number(fig.value)} {fig.unit}")
         rows.append((("* " if fig.primary else "  ") + fig.label, value, fig.target_text(),
                      verdict, str(fig.repeats)))
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
