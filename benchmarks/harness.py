@@ -122,6 +122,26 @@ def repeat(fn: Callable[[], Any], *, repeats: int, warmup: int = 1,
     return out
 
 
+def cpu_counters() -> tuple[int, int] | None:
+    """(total, steal) jiffies of all CPUs from /proc/stat, or None where there is none."""
+    try:
+        with open("/proc/stat") as fh:
+            fields = [int(v) for v in fh.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return sum(fields[:8]), fields[7] if len(fields) > 7 else 0
+
+
+def steal_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    """Share (0-100) of CPU time the hypervisor took away between two counter readings.
+
+    On a shared VM, stolen time slows every figure down; a run with much steal is noisy.
+    """
+    if before is None or after is None or after[0] <= before[0]:
+        return None
+    return round(100 * (after[1] - before[1]) / (after[0] - before[0]), 1)
+
+
 def machine_info() -> dict[str, Any]:
     """Where the figures come from."""
     import duckdb

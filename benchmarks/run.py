@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import shutil
 import sys
@@ -33,7 +34,7 @@ from typing import Any
 
 from benchmarks import bench_checkpoint, bench_fold, bench_query, bench_replay
 from benchmarks.config import Config
-from benchmarks.harness import Figure, machine_info, render_table, settle
+from benchmarks.harness import Figure, cpu_counters, machine_info, render_table, settle, steal_share
 
 HERE = Path(__file__).resolve().parent
 BENCHES: dict[str, Callable[[Config], list[Figure]]] = {
@@ -86,12 +87,16 @@ def main(argv: list[str] | None = None) -> int:
     figures: list[Figure] = []
     errors: dict[str, str] = {}
     phases: dict[str, float] = {}
+    steal: dict[str, float | None] = {}
+    load_before = os.getloadavg()
+    run_counters = cpu_counters()
     started = time.perf_counter()
     try:
         for name in chosen:
             print(f"[{name}] running ...", flush=True)
             settle()
             phase = time.perf_counter()
+            counters = cpu_counters()
             try:
                 got = BENCHES[name](cfg)
             except Exception:
@@ -100,12 +105,15 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             finally:
                 phases[name] = round(time.perf_counter() - phase, 1)
+                steal[name] = steal_share(counters, cpu_counters())
             figures.extend(got)
-            print(f"[{name}] done in {phases[name]:.0f} s", flush=True)
+            stolen = f", CPU steal {steal[name]:.0f}%" if steal[name] is not None else ""
+            print(f"[{name}] done in {phases[name]:.0f} s{stolen}", flush=True)
             print(render_table(got), flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     total = time.perf_counter() - started
+    run_steal = steal_share(run_counters, cpu_counters())
     figures.append(Figure("bench_peak_rss_mib", "peak memory (max RSS) of the benchmark process",
                           resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "MiB", 1,
                           note="everything except the replay, which runs in its own process"))
@@ -115,6 +123,10 @@ def main(argv: list[str] | None = None) -> int:
     failed = [f for f in primary if f.passed is False]
     print(f"\ntargets (*): {len(primary) - len(failed)} of {len(primary)} pass"
           + (f"; FAIL: {', '.join(f.key for f in failed)}" if failed else ""))
+    if run_steal is not None:
+        print(f"CPU steal over the run: {run_steal:.0f}% of CPU time (load average at start "
+              f"{load_before[0]:.2f})" + ("; the host was busy, figures are noisy" if run_steal > 10
+                                          else ""))
     if errors:
         print(f"benchmarks that crashed: {', '.join(errors)}", file=sys.stderr)
     results: dict[str, Any] = {
@@ -124,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine,
         "duration_s": round(total, 1),
         "phase_s": phases,
+        "cpu_steal_pct": {"run": run_steal, **steal},
+        "load_average_at_start": [round(v, 2) for v in load_before],
         "targets": {f.key: {"value": f.as_dict()["value"], "unit": f.unit,
                             "target": f.target_text(), "passed": f.passed} for f in primary},
         "figures": [f.as_dict() for f in figures],

@@ -39,22 +39,25 @@ def apply_fact(user: UserState, fact: Fact) -> EntityKey | None:
     The caller compares before/after values to classify changes (see :func:`fold_window`).
     """
     fid = fact.fact_id
-    if fid in user.fact_ids:
+    fact_ids = user.fact_ids
+    if fid in fact_ids:
         return None
     key = (fact.entity_type, fact.entity_id)
-    user.fact_ids[fid] = key
+    fact_ids[fid] = key
+    sources = user.sources
     for ref in fact.provenance:
-        known = user.sources.get(ref)
+        known = sources.get(ref)
         if known is None:
-            user.sources[ref] = (key,)
+            sources[ref] = (key,)
         elif key not in known:
-            user.sources[ref] = (*known, key)
+            sources[ref] = (*known, key)
     entity = user.entities.get(key)
     if entity is None:
         entity = EntityState(fact.entity_type, fact.entity_id)
         user.add_entity(entity)
     entity.facts[fid] = fact
-    user.touched(fact.entity_type)
+    if user._views:
+        user.touched(fact.entity_type)
     if fact.supersedes:
         user.touched()
         new_refs = [r for r in fact.supersedes if r not in user.superseded]
@@ -62,7 +65,7 @@ def apply_fact(user: UserState, fact: Fact) -> EntityKey | None:
             user.superseded.setdefault(ref, set()).add(fid)
         for other in user.entities_citing(new_refs):
             other.resolve(user.is_superseded)
-    if user.is_superseded(fact):
+    if user.superseded and user.is_superseded(fact):
         return key
     if fact.op is Op.ASSERT:
         entity.apply_assert(fact)
@@ -80,7 +83,7 @@ _ABSENT: _Fingerprint = (False, {})
 def _fingerprint(entity: EntityState | None) -> _Fingerprint:
     if entity is None or not entity.exists:
         return _ABSENT
-    return (True, {k: v for k, (_, v, _) in entity.winners.items() if v is not None})
+    return (True, entity.current_values())
 
 
 def fold_window(

@@ -44,7 +44,8 @@ class EntityState:
     entity_type: str
     entity_id: str
     facts: dict[str, Fact] = field(default_factory=dict)
-    winners: dict[str, tuple[OrderKey, JsonValue, str]] = field(default_factory=dict)
+    winners: dict[str, Fact] = field(default_factory=dict)
+    """Attribute name -> the fact whose value it currently has."""
     retracted_at: OrderKey | None = None
     exists: bool = False
     _view: EntityView | None = None
@@ -52,15 +53,16 @@ class EntityState:
     @property
     def attributes(self) -> dict[str, JsonValue]:
         """Current attribute values (unset attributes omitted)."""
-        return {k: v for k, (_, v, _) in sorted(self.winners.items()) if v is not None}
+        return {k: v for k, f in sorted(self.winners.items())
+                if (v := f.attributes[k]) is not None}
 
     def current_values(self) -> dict[str, JsonValue]:
         """Current attribute values, unordered (cheaper than :attr:`attributes`)."""
-        return {k: w[1] for k, w in self.winners.items() if w[1] is not None}
+        return {k: v for k, f in self.winners.items() if (v := f.attributes[k]) is not None}
 
     def live_fact_ids(self) -> tuple[str, ...]:
         """Ids of the facts the current value comes from, in order."""
-        return tuple(sorted({fid for (_, _, fid) in self.winners.values()}))
+        return tuple(sorted({f.fact_id for f in self.winners.values()}))
 
     def view(self) -> EntityView:
         if self._view is None:
@@ -73,14 +75,20 @@ class EntityState:
 
     def apply_assert(self, fact: Fact) -> None:
         """Fast path: fold one live assert into the winners."""
-        key = fact.order_key
-        if self.retracted_at is not None and key <= self.retracted_at:
-            return
+        key = None
+        if self.retracted_at is not None:
+            key = fact.order_key
+            if key <= self.retracted_at:
+                return
         winners = self.winners
-        for name, value in fact.attributes.items():
-            current = winners.get(name)
-            if current is None or key > current[0]:
-                winners[name] = (key, value, fact.fact_id)
+        if not winners:
+            self.winners = dict.fromkeys(fact.attributes, fact)
+        else:
+            key = key or fact.order_key
+            for name in fact.attributes:
+                current = winners.get(name)
+                if current is None or key > current.order_key:
+                    winners[name] = fact
         self.exists = True
         self._view = None
 
