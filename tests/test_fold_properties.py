@@ -156,3 +156,23 @@ def test_supersession_removes_a_wrong_fact_but_keeps_it_in_history() -> None:
         assert user.entity("medication", "amoxicillin") is None
         assert user.entity("medication", "azithromycin") is not None
         assert user.fact(wrong.fact_id) is wrong
+
+
+def test_window_changes_name_what_happened_to_each_entity() -> None:
+    from uac.checkpointer.fold import ChangeKind
+
+    def fact(value: str, day: int, source: str, op: Op = Op.ASSERT) -> Fact:
+        return make_fact(user_id="u", entity_type="trip", entity_id="a", op=op,
+                         attributes={"destination": value} if op is Op.ASSERT else {},
+                         valid_time=BASE + timedelta(days=day), provenance=(source,))
+
+    states: dict[str, UserState] = {}
+    kinds = [fold_window(states, batch)["u"][0].kind for batch in (
+        [fact("Oslo", 1, "s1")],                 # new
+        [fact("Oslo", 2, "s2")],                 # same value again, later: nothing visible
+        [fact("Rome", 0, "s3")],                 # an older value: history only
+        [fact("Rome", 3, "s4")],                 # a newer value
+        [fact("", 4, "s5", op=Op.RETRACT)],      # gone
+    )]
+    assert kinds == [ChangeKind.CREATED, ChangeKind.HISTORY, ChangeKind.HISTORY,
+                     ChangeKind.UPDATED, ChangeKind.DELETED]

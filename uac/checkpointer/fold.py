@@ -74,16 +74,25 @@ def apply_fact(user: UserState, fact: Fact) -> EntityKey | None:
     return key
 
 
-_Fingerprint = tuple[bool, dict[str, object]]
+_Fingerprint = tuple[bool, dict[str, Fact]]
 
 
 _ABSENT: _Fingerprint = (False, {})
 
 
 def _fingerprint(entity: EntityState | None) -> _Fingerprint:
+    """Whether the entity exists, and which fact each attribute's value comes from."""
     if entity is None or not entity.exists:
         return _ABSENT
-    return (True, entity.current_values())
+    return (True, dict(entity.winners))
+
+
+def _values_changed(before: dict[str, Fact], entity: EntityState) -> bool:
+    after = entity.winners
+    if len(after) == len(before) and all(after.get(k) is f for k, f in before.items()):
+        return False  # the same facts supply every value
+    old = {k: v for k, f in before.items() if (v := f.attributes[k]) is not None}
+    return old != entity.current_values()
 
 
 def fold_window(
@@ -115,7 +124,7 @@ def fold_window(
             exists = entity is not None and entity.exists
             if exists != existed:
                 kind = ChangeKind.CREATED if exists else ChangeKind.DELETED
-            elif exists and values != _fingerprint(entity)[1]:
+            elif exists and entity is not None and _values_changed(values, entity):
                 kind = ChangeKind.UPDATED
             else:
                 kind = ChangeKind.HISTORY
