@@ -7,15 +7,13 @@ Each commit is written as numbered steps; see :meth:`Checkpointer._commit`.
 
 from __future__ import annotations
 
-import gc
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from uac.checkpointer.fold import ChangeKind, EntityChange, fold, fold_window
+from uac.checkpointer.fold import ChangeKind, EntityChange, bulk_gc, fold, fold_window
 from uac.checkpointer.records import Checkpoint, CommitBatch, EntityRow, StateChange
 from uac.checkpointer.state import UserState
 from uac.checkpointer.store import StateStore
@@ -47,18 +45,6 @@ class CheckpointSummary:
 class RuleSettings:
     days_ahead: int = 7
     lapse_days_ahead: int = 14
-
-
-@contextmanager
-def _bulk_gc() -> Iterator[None]:
-    """Collect garbage less often while folding: the state is millions of long-lived,
-    acyclic objects, and full collections that walk them all cost a quarter of a replay."""
-    previous = gc.get_threshold()
-    gc.set_threshold(50_000, 20, 1000)
-    try:
-        yield
-    finally:
-        gc.set_threshold(*previous)
 
 
 class Checkpointer:
@@ -106,7 +92,7 @@ class Checkpointer:
             progress: Callable[[int], None] | None = None) -> CheckpointSummary:
         """Fold every closed window after the checkpoint; commit every ``commit_every`` windows
         (None: once at the end). Records after the last window mark wait for their mark."""
-        with _bulk_gc():
+        with bulk_gc():
             return self._run(commit_every, progress)
 
     def _run(self, commit_every: int | None,
