@@ -8,8 +8,9 @@ It is rebuildable from the log at any time (``uac replay``).
 DuckDB allows one writing process or many reading ones. Readers and writers
 that find the file locked retry until ``lock_timeout`` and then raise
 :class:`~uac.errors.StoreBusyError`; a writer opened with ``share=True``
-releases the file after every commit (reopening it on the next use) so
-readers get their turn between commits.
+releases the file at the first commit after holding it ``hold_seconds`` (0.5 s),
+or after being idle that long, and reopens it on the next use, so readers get
+their turn between commits without every commit paying for a reopen.
 """
 
 from __future__ import annotations
