@@ -66,7 +66,3 @@ class CommitBatch:
         self.entities.update(other.entities)
         self.state_changes.extend(other.state_changes)
         self.alert_events.extend(other.alert_events)
-
-    @property
-    def empty(self) -> bool:
-        return not (self.facts or self.entities or self.state_changes or self.alert_events)

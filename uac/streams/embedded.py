@@ -94,7 +94,8 @@ class EmbeddedPipeline:
         return self
 
     def _recover(self) -> None:
-        cp = self.checkpointer.run(commit_every=None)
+        """Fold windows a crash left uncommitted, then close a window it left open."""
+        self.checkpointer.run(commit_every=None)
         checkpoint = self.checkpointer.checkpoint
         self._next_window = checkpoint.window_id + 1
         self._watermark = checkpoint.watermark
@@ -106,7 +107,6 @@ class EmbeddedPipeline:
             self._append([WindowMark(self._next_window, reason="recovery")])
             self._next_window += 1
             self.checkpointer.run(commit_every=None)
-        del cp
 
     def stop(self) -> None:
         """Flush and close everything (releases the writer lock)."""
