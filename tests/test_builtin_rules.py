@@ -143,6 +143,7 @@ class _View:
 
 class _State:
     __slots__ = ("_views",)
+    group = None
 
     def __init__(self, state: UserState) -> None:
         self._views = [_View(v.entity_type, v.entity_id, v.key, v.model, dict(v.attributes))

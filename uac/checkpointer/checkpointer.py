@@ -7,6 +7,7 @@ Each commit is written as numbered steps; see :meth:`Checkpointer._commit`.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -15,10 +16,11 @@ from datetime import datetime
 
 from uac.checkpointer.fold import ChangeKind, EntityChange, bulk_gc, fold, fold_window
 from uac.checkpointer.records import Checkpoint, CommitBatch, EntityRow, StateChange
-from uac.checkpointer.state import UserState
+from uac.checkpointer.state import EntityKey, UserState
 from uac.checkpointer.store import StateStore
 from uac.domains.facts import Fact, Tick, WindowMark, iso
-from uac.executor.alerts import Alert, AlertEventKind, RuleFailure, evaluate, select
+from uac.executor.alerts import Alert, AlertEventKind, RuleFailure, select
+from uac.executor.incremental import RuleMemo, run_rule
 from uac.executor.rules import Rule, RuleContext
 from uac.metrics import Metrics
 from uac.streams.log import FactLog
@@ -62,11 +64,18 @@ class Checkpointer:
         self.states: dict[str, UserState] = {}
         self.open_alerts: dict[str, dict[str, Alert]] = {}
         self.versions: dict[str, int] = {}
+        self.memos: dict[str, dict[str, RuleMemo]] = {}
         self._checkpoint = store.checkpoint()
         # nothing committed yet (a first ingest, a replay): no user state to load from the store
         self._store_empty = self._checkpoint.window_id < 0
-        self._time_types = frozenset(t for r in self.rules if r.time_based for t in r.anchors)
-        self._tick_users: set[str] | None = None  # users a tick must wake; loaded on first tick
+        self._time_rules = tuple(r for r in self.rules if r.time_based)
+        self._time_types = frozenset(t for r in self._time_rules for t in r.anchors)
+        # when ticks must wake whom: users with a known next recheck time (a heap), and users
+        # whose time-based rules have not run yet (all of them at the first tick)
+        self._wake_heap: list[tuple[datetime, str]] = []
+        self._wake_at: dict[str, datetime] = {}
+        self._unscheduled: set[str] = set()
+        self._store_users_scheduled = self._store_empty
 
     @property
     def checkpoint(self) -> Checkpoint:
@@ -85,6 +94,7 @@ class Checkpointer:
             self.states[user_id] = state
             self.open_alerts[user_id] = alerts
             self.versions[user_id] = version
+            self.memos[user_id] = {}
         return state
 
     # -- the loop ------------------------------------------------------------------------------
@@ -171,39 +181,80 @@ class Checkpointer:
                    summary: CheckpointSummary) -> None:
         ctx = RuleContext(now, self.rule_settings.days_ahead, self.rule_settings.lapse_days_ahead)
         users = set(changes)
-        if self._tick_users is not None:  # keep the index of users ticks wake up to date
-            self._tick_users.update(u for u in changes if self._ticks_wake(u))
-        if ticked and self._time_types:
-            if self._tick_users is None:
-                self._tick_users = set() if self._store_empty else set(
-                    self.store.users_with_types(self._time_types))
-                self._tick_users.update(u for u in self.states if self._ticks_wake(u))
-            users.update(self._tick_users)
+        if ticked and self._time_rules:
+            users.update(self._due_users(now))
         seq = batch.checkpoint.alert_seq
         for user_id in sorted(users):
-            changed = {c.entity_type for c in changes.get(user_id, ())
-                       if c.kind is not ChangeKind.HISTORY}
+            changed: dict[str, list[EntityKey]] = {}
+            for c in changes.get(user_id, ()):
+                if c.kind is not ChangeKind.HISTORY:
+                    changed.setdefault(c.entity_type, []).append((c.entity_type, c.entity_id))
             rules = select(self.rules, changed, ticked)
             if not rules:
                 continue
             state = self._user(user_id)
-            events, failures = evaluate(state, rules, ctx, self.open_alerts[user_id])
-            for event in events:
-                seq += 1
-                batch.alert_events.append((seq, window_id, event))
-                raised = event.kind is AlertEventKind.RAISED
-                summary.raised += int(raised)
-                summary.resolved += int(not raised)
-                self.metrics.alerts.labels(event.alert.rule_id, event.kind.value).inc()
-            for failure in failures:
-                self._reject_rule(failure, window_id)
-                summary.rule_failures += 1
+            memos = self.memos[user_id]
+            open_alerts = self.open_alerts[user_id]
+            for rule in rules:
+                memo = memos.get(rule.rule_id)
+                if memo is None:
+                    memo = memos[rule.rule_id] = RuleMemo()
+                keys = [k for t in rule.reads for k in changed.get(t, ())]
+                events, failure = run_rule(rule, state, ctx, open_alerts, memo, keys)
+                for event in events:
+                    seq += 1
+                    batch.alert_events.append((seq, window_id, event))
+                    raised = event.kind is AlertEventKind.RAISED
+                    summary.raised += int(raised)
+                    summary.resolved += int(not raised)
+                    self.metrics.alerts.labels(event.alert.rule_id, event.kind.value).inc()
+                if failure is not None:
+                    self._reject_rule(failure, window_id)
+                    summary.rule_failures += 1
+            if self._time_rules:
+                self._schedule(user_id)
         batch.checkpoint = Checkpoint(batch.checkpoint.log_offset, window_id,
                                       batch.checkpoint.watermark, seq)
 
-    def _ticks_wake(self, user_id: str) -> bool:
-        by_type = self.states[user_id].by_type
-        return any(t in by_type for t in self._time_types)
+    # -- ticks: whom time wakes ------------------------------------------------------------------
+    def _due_users(self, now: datetime) -> set[str]:
+        """Users a tick at ``now`` must run time-based rules for."""
+        if not self._store_users_scheduled:  # restarted: every stored user once, at the first tick
+            self._store_users_scheduled = True
+            self._unscheduled.update(
+                u for u in self.store.users_with_types(self._time_types)
+                if u not in self._wake_at and u not in self.states)
+        due = set(self._unscheduled)
+        heap = self._wake_heap
+        while heap and heap[0][0] <= now:
+            wake, user_id = heapq.heappop(heap)
+            if self._wake_at.get(user_id) == wake:
+                del self._wake_at[user_id]
+                due.add(user_id)
+        return due
+
+    def _schedule(self, user_id: str) -> None:
+        """Record when ticks must next wake ``user_id``, from its time-based rules' memos."""
+        state, memos, open_alerts = self.states[user_id], self.memos[user_id], None
+        wake: datetime | None = None
+        for rule in self._time_rules:
+            memo = memos.get(rule.rule_id)
+            if memo is not None and memo.ready:
+                when = memo.next_wake()
+                if when is not None and (wake is None or when < wake):
+                    wake = when
+                continue
+            open_alerts = self.open_alerts[user_id] if open_alerts is None else open_alerts
+            if any(state.by_type.get(t) for t in rule.anchors) or any(
+                    a.rule_id == rule.rule_id for a in open_alerts.values()):
+                self._unscheduled.add(user_id)  # not run yet: the next tick runs it
+                return
+        self._unscheduled.discard(user_id)
+        if wake is None:
+            self._wake_at.pop(user_id, None)
+        elif self._wake_at.get(user_id) != wake:
+            self._wake_at[user_id] = wake
+            heapq.heappush(self._wake_heap, (wake, user_id))
 
     def _reject_rule(self, failure: RuleFailure, window_id: int) -> None:
         self.metrics.rule_failures.labels(failure.rule_id).inc()

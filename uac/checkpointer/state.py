@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from uac.domains.catalog import build_model
 from uac.domains.facts import Fact, JsonValue, Op, canonical_json, iso
@@ -35,6 +35,22 @@ class EntityView:
     @property
     def key(self) -> EntityKey:
         return (self.entity_type, self.entity_id)
+
+
+class StateView(Protocol):
+    """What a rule reads: a user's current entities (all of them, or one rule group's)."""
+
+    @property
+    def user_id(self) -> str: ...
+
+    @property
+    def group(self) -> str | None:
+        """The rule group being evaluated; None for the whole state."""
+        ...
+
+    def entity(self, entity_type: str, entity_id: str) -> EntityView | None: ...
+
+    def of_type(self, entity_type: str) -> list[EntityView]: ...
 
 
 @dataclass(slots=True)
@@ -130,6 +146,11 @@ class UserState:
     """Every provenance id -> the entities its facts are about (to apply corrections fast)."""
     by_type: dict[str, dict[str, EntityState]] = field(default_factory=dict)
     _views: dict[str, list[EntityView]] = field(default_factory=dict)
+
+    @property
+    def group(self) -> str | None:
+        """None: the whole state (see :class:`StateView`)."""
+        return None
 
     def add_entity(self, entity: EntityState) -> None:
         self.entities[(entity.entity_type, entity.entity_id)] = entity

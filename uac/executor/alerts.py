@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-from uac.checkpointer.state import UserState
+from uac.checkpointer.state import StateView, UserState
 from uac.domains.facts import JsonValue, derive_id
 from uac.executor.rules import Finding, Rule, RuleContext, Severity
 
@@ -90,7 +90,8 @@ def evidence_for(state: UserState, finding: Finding) -> Evidence:
     return Evidence(tuple(entities), tuple(sorted(fact_ids)), tuple(sorted(sources)))
 
 
-def _findings(rule: Rule, state: UserState, ctx: RuleContext) -> list[Finding]:
+def findings_of(rule: Rule, state: StateView, ctx: RuleContext) -> list[Finding]:
+    """Run the rule's function; a result that is not a list of findings is an error."""
     out = list(rule.evaluate(state, ctx))
     for item in out:
         if not isinstance(item, Finding):
@@ -104,29 +105,32 @@ def evaluate(
     ctx: RuleContext,
     open_alerts: dict[str, Alert],
 ) -> tuple[list[AlertEvent], list[RuleFailure]]:
-    """Run ``rules`` over ``state``; raise new alerts, resolve cleared ones, update ``open_alerts``.
+    """Run ``rules`` over the whole ``state``; raise new alerts, resolve cleared ones, update
+    ``open_alerts``. (The checkpointer gets the same result incrementally, see
+    :mod:`uac.executor.incremental`.)
 
     An alert that is still open is not raised again. Only the rules that ran
-    can resolve their own alerts; a rule that fails resolves nothing.
+    can resolve their own alerts; a rule that fails resolves nothing. Per rule,
+    raised alerts come first, then resolved ones, each in alert id order.
     """
     events: list[AlertEvent] = []
     failures: list[RuleFailure] = []
     for rule in rules:
-        if not _worth_running(rule, state, open_alerts):
+        if not worth_running(rule, state, open_alerts):
             continue
+        ctx.rechecks.clear()
         try:
-            findings = _findings(rule, state, ctx)
+            findings = findings_of(rule, state, ctx)
         except Exception as exc:  # a rule is code; its failure is data, not a crash
             log.warning("rule %s failed for user %s: %s", rule.rule_id, state.user_id, exc)
             failures.append(RuleFailure(state.user_id, rule.rule_id,
                                         f"{type(exc).__name__}: {exc}", ctx.now))
             continue
-        current: set[str] = set()
+        current: dict[str, Finding] = {}
         for finding in findings:
-            aid = alert_id_for(state.user_id, rule.rule_id, finding.subject)
-            if aid in current:
-                continue
-            current.add(aid)
+            current.setdefault(alert_id_for(state.user_id, rule.rule_id, finding.subject),
+                               finding)
+        for aid, finding in sorted(current.items()):
             if aid in open_alerts:
                 continue
             alert = Alert(aid, state.user_id, rule.rule_id, finding.subject, finding.severity,
@@ -136,20 +140,21 @@ def evaluate(
             events.append(AlertEvent(AlertEventKind.RAISED, alert, ctx.now))
         for aid, alert in sorted(open_alerts.items()):
             if alert.rule_id == rule.rule_id and aid not in current:
-                resolved = _resolved(alert, ctx.now)
                 del open_alerts[aid]
-                events.append(AlertEvent(AlertEventKind.RESOLVED, resolved, ctx.now))
+                events.append(AlertEvent(AlertEventKind.RESOLVED, resolved(alert, ctx.now),
+                                         ctx.now))
     return events, failures
 
 
-def _worth_running(rule: Rule, state: UserState, open_alerts: dict[str, Alert]) -> bool:
+def worth_running(rule: Rule, state: UserState, open_alerts: dict[str, Alert]) -> bool:
     """False when the user has none of the rule's anchor types and no open alert of it."""
     if any(state.by_type.get(t) for t in rule.anchors):
         return True
     return any(a.rule_id == rule.rule_id for a in open_alerts.values())
 
 
-def _resolved(alert: Alert, at: datetime) -> Alert:
+def resolved(alert: Alert, at: datetime) -> Alert:
+    """The alert, resolved at ``at``."""
     return Alert(alert.alert_id, alert.user_id, alert.rule_id, alert.subject, alert.severity,
                  alert.message, AlertStatus.RESOLVED, alert.raised_at, alert.evidence,
                  alert.details, at, alert.version)

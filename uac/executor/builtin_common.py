@@ -1,6 +1,6 @@
 """Helpers shared by the built-in rules: typed field access, dates, text normalisation.
 
-The rules read state only through ``UserState.of_type``/``entity`` and an entity
+The rules read state only through ``StateView.of_type``/``entity`` and an entity
 view's ``entity_type``, ``entity_id``, ``key``, ``model`` and ``attributes``; the
 helpers here read one field of ``view.model`` and return it only if it has the
 expected type, so a rule never crashes on an odd value (it treats it as unknown).
@@ -11,9 +11,19 @@ from __future__ import annotations
 import calendar
 import math
 import re
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
+from typing import Protocol
 
 from uac.checkpointer.state import EntityView
+
+
+class _Clock(Protocol):
+    """The part of a rule context the recheck helpers use."""
+
+    @property
+    def today(self) -> date: ...
+
+    def recheck_at(self, when: datetime | None) -> None: ...
 
 _WORD = re.compile(r"[a-z0-9]+")
 
@@ -104,6 +114,26 @@ def normalized(value: str) -> str:
 def ref(view: EntityView) -> str:
     """``type/id`` of an entity, as used in subjects and details."""
     return f"{view.entity_type}/{view.entity_id}"
+
+
+def by_entity(view: EntityView) -> tuple[str]:
+    """``group_by`` for rules that judge each entity on its own: one group per entity."""
+    return (ref(view),)
+
+
+def midnight(value: date) -> datetime:
+    """The start (UTC) of a day: when a date comparison against ``ctx.today`` can flip."""
+    return datetime(value.year, value.month, value.day, tzinfo=UTC)
+
+
+def recheck_window(ctx: _Clock, first: date, last: date) -> None:
+    """Tell ``ctx`` when "``first`` <= today <= ``last``" next changes: at ``first``, or the
+    day after ``last`` (never, once ``last`` is past)."""
+    today = ctx.today
+    if today < first:
+        ctx.recheck_at(midnight(first))
+    elif today <= last:
+        ctx.recheck_at(midnight(last + timedelta(days=1)))
 
 
 def add_months(start: date, months: int) -> date:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from uac.checkpointer.state import EntityView, UserState
+from uac.checkpointer.state import EntityView, StateView
 from uac.executor.builtin_common import contains_run, ref, text, words
 from uac.executor.rules import Finding, RuleContext, Severity, rule
 
@@ -140,7 +140,7 @@ def _active(med: EntityView) -> bool:
 
 
 @rule("drug_allergy", reads=("allergy", "medication"), requires=("allergy",))
-def drug_allergy(state: UserState, ctx: RuleContext) -> list[Finding]:
+def drug_allergy(state: StateView, ctx: RuleContext) -> list[Finding]:
     """An active medication matches an allergy, directly or through its drug class.
 
     A direct or class match is critical; a penicillin allergy against a

@@ -5,14 +5,17 @@ from __future__ import annotations
 import math
 from datetime import date, timedelta
 
-from uac.checkpointer.state import EntityView, UserState
+from uac.checkpointer.state import EntityView, StateView
 from uac.executor.builtin_common import (
     add_months,
+    by_entity,
     day,
     days_left,
     flag,
+    midnight,
     normalized,
     number,
+    recheck_window,
     ref,
     text,
 )
@@ -42,8 +45,19 @@ def _money(amount: float, currency: str | None) -> str:
     return f"{amount:.2f} {currency}" if currency else f"{amount:.2f}"
 
 
-@rule("spending_limit", reads=("budget", "transaction"), time_based=True, requires=("budget",))
-def spending_limit(state: UserState, ctx: RuleContext) -> list[Finding]:
+def spending_groups(view: EntityView) -> tuple[str, ...]:
+    """``group_by`` of :func:`spending_limit`: by category; a budget for ``all`` meets every
+    positive amount."""
+    if view.entity_type == "budget":
+        return (f"category:{normalized(text(view, 'category') or ALL)}",)
+    own = f"category:{normalized(text(view, 'category') or '')}"
+    amount = number(view, "amount")
+    return (own, f"category:{ALL}") if amount is not None and amount > 0 else (own,)
+
+
+@rule("spending_limit", reads=("budget", "transaction"), time_based=True, requires=("budget",),
+      group_by=spending_groups)
+def spending_limit(state: StateView, ctx: RuleContext) -> list[Finding]:
     """Spending in a budget's category over the current week/month/year exceeds its limit.
 
     Spending is the sum of the amounts of the period's transactions in the
@@ -52,6 +66,7 @@ def spending_limit(state: UserState, ctx: RuleContext) -> list[Finding]:
     amount, so income never offsets it. Transactions in another currency than
     the budget's are left out. Time-based: a new period starts from zero.
     """
+    ctx.recheck_at(None)
     findings: list[Finding] = []
     budgets = state.of_type("budget")
     if not budgets:
@@ -67,6 +82,7 @@ def spending_limit(state: UserState, ctx: RuleContext) -> list[Finding]:
         category = normalized(text(budget, "category") or ALL)
         currency = text(budget, "currency")
         start, end = period_bounds(period, ctx.today)
+        ctx.recheck_at(midnight(end + timedelta(days=1)))  # a new period starts from zero
         counted: list[tuple[float, EntityView]] = []
         for when, amount, t in transactions:
             if not start <= when <= end:
@@ -107,8 +123,14 @@ def _account_key(account: str) -> str:
     return "".join(ch for ch in account.upper() if ch.isalnum())
 
 
-@rule("payment_destination_conflict", reads=("payment_instruction",))
-def payment_destination_conflict(state: UserState, ctx: RuleContext) -> list[Finding]:
+def payee_groups(view: EntityView) -> tuple[str, ...]:
+    """``group_by`` of :func:`payment_destination_conflict`: by payee."""
+    payee, account = text(view, "payee"), text(view, "destination_account")
+    return (normalized(payee),) if payee and account else ()
+
+
+@rule("payment_destination_conflict", reads=("payment_instruction",), group_by=payee_groups)
+def payment_destination_conflict(state: StateView, ctx: RuleContext) -> list[Finding]:
     """Payment instructions for the same payee name different destination accounts.
 
     Payees compare case- and whitespace-insensitively, accounts ignoring case,
@@ -143,14 +165,15 @@ def payment_destination_conflict(state: UserState, ctx: RuleContext) -> list[Fin
     return findings
 
 
-@rule("warranty_or_return_lapsing", reads=("purchase",), time_based=True)
-def warranty_or_return_lapsing(state: UserState, ctx: RuleContext) -> list[Finding]:
+@rule("warranty_or_return_lapsing", reads=("purchase",), time_based=True, group_by=by_entity)
+def warranty_or_return_lapsing(state: StateView, ctx: RuleContext) -> list[Finding]:
     """A purchase's return window or warranty ends within ``lapse_days_ahead`` days.
 
     A returned purchase raises neither. Return and warranty have separate
     subjects (holding the date), so each is raised once and resolves once the
     date passes, the item is returned or the date is corrected.
     """
+    ctx.recheck_at(None)
     findings: list[Finding] = []
     for view in state.of_type("purchase"):
         if flag(view, "returned") is True:
@@ -161,6 +184,7 @@ def warranty_or_return_lapsing(state: UserState, ctx: RuleContext) -> list[Findi
             until = day(view, field)
             if until is None:
                 continue
+            recheck_window(ctx, until - timedelta(days=ctx.lapse_days_ahead), until)
             days = (until - ctx.today).days
             if not 0 <= days <= ctx.lapse_days_ahead:
                 continue

@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import date, timedelta
 
-from uac.checkpointer.state import EntityView, UserState
+from uac.checkpointer.state import EntityView, StateView
 from uac.executor.builtin_common import (
     add_months,
     country_key,
     day,
     flag,
     iso_or_none,
+    midnight,
     ref,
     text,
     words,
 )
-from uac.executor.rules import Finding, RuleContext, rule
+from uac.executor.rules import EVERY_GROUP, Finding, RuleContext, rule
 
 PASSPORT_MONTHS = 6
 """How long a passport must stay valid after the return date (the common six-month rule)."""
@@ -39,14 +40,21 @@ def _international(trip: EntityView, passports: list[EntityView]) -> bool:
     return destination is not None and bool(homes) and destination not in homes
 
 
-@rule("passport_validity", reads=("trip", "passport"), time_based=True, requires=("passport",))
-def passport_validity(state: UserState, ctx: RuleContext) -> list[Finding]:
+def trip_groups(view: EntityView) -> tuple[str, ...]:
+    """``group_by`` of :func:`passport_validity`: each trip on its own, passports in every group."""
+    return (EVERY_GROUP,) if view.entity_type == "passport" else (ref(view),)
+
+
+@rule("passport_validity", reads=("trip", "passport"), time_based=True, requires=("passport",),
+      group_by=trip_groups)
+def passport_validity(state: StateView, ctx: RuleContext) -> list[Finding]:
     """An upcoming international trip with no passport valid six months past the return date.
 
     Only trips not yet over (return date, else departure date, on or after
     today) count. No passport on record, or one of unknown expiry, means we do
     not know, so nothing is raised; a passport of the destination country is enough.
     """
+    ctx.recheck_at(None)
     findings: list[Finding] = []
     passports = state.of_type("passport")
     if not passports:
@@ -61,6 +69,7 @@ def passport_validity(state: UserState, ctx: RuleContext) -> list[Finding]:
         back = end or start
         if back is None or back < ctx.today or not _international(trip, passports):
             continue
+        ctx.recheck_at(midnight(back + timedelta(days=1)))  # over: no longer counts
         destination = _trip_country(trip)
         if destination is not None and any(
                 country_key(text(p, "country")) == destination for p in passports):
@@ -91,19 +100,32 @@ def _single_entry(visa: EntityView) -> bool:
     return "single" in words(text(visa, "entries"))
 
 
-@rule("single_entry_visa_used", reads=("visa", "trip"), time_based=True, requires=("visa",))
-def single_entry_visa_used(state: UserState, ctx: RuleContext) -> list[Finding]:
+def _trip_place(trip: EntityView) -> str | None:
+    return _trip_country(trip) or country_key(text(trip, "destination"))
+
+
+def visa_groups(view: EntityView) -> tuple[str, ...]:
+    """``group_by`` of :func:`single_entry_visa_used`: by country."""
+    country = (country_key(text(view, "country")) if view.entity_type == "visa"
+               else _trip_place(view))
+    return (country,) if country is not None else ()
+
+
+@rule("single_entry_visa_used", reads=("visa", "trip"), time_based=True, requires=("visa",),
+      group_by=visa_groups)
+def single_entry_visa_used(state: StateView, ctx: RuleContext) -> list[Finding]:
     """An upcoming trip relies on a single-entry visa that was already used.
 
     The visa counts as used if ``used_on`` is before the trip, or if a past trip
     (started before today) to the same country began inside the visa's validity.
     The upcoming trip (starting today or later) must also begin inside it.
     """
+    ctx.recheck_at(None)
     findings: list[Finding] = []
     trips: list[tuple[date, str, EntityView]] = []
     for trip in state.of_type("trip"):
         start = day(trip, "start_date")
-        country = _trip_country(trip) or country_key(text(trip, "destination"))
+        country = _trip_place(trip)
         if start is not None and country is not None:
             trips.append((start, country, trip))
     trips.sort(key=lambda item: (item[0], item[2].entity_id))
@@ -122,6 +144,7 @@ def single_entry_visa_used(state: UserState, ctx: RuleContext) -> list[Finding]:
         for start, trip in inside:
             if start < ctx.today:
                 continue
+            ctx.recheck_at(midnight(start + timedelta(days=1)))  # then it is a past trip
             used_before = used_on is not None and used_on < start
             if not used_before and not past:
                 continue

@@ -3,6 +3,18 @@
 A rule declares the entity types it reads, so it runs only when one of them
 changed, and whether it is time-based, so it also runs on clock ticks. It
 receives ``now`` (event time) in its context and never reads the wall clock.
+
+Two optional declarations keep a rule's cost proportional to what changed
+rather than to the user's history (see :mod:`uac.executor.incremental`):
+
+- ``group_by`` splits the entities a rule reads into independent groups (a
+  deadline is its own group; transactions group by category; a passport is in
+  every group). After a change only the groups of the changed entities run, and
+  the rule sees only that group's entities (``state.group`` names it).
+- ``ctx.recheck_at(when)``, called by a time-based rule, says its findings for
+  what it just saw cannot change with time alone before ``when`` (``None``:
+  not at all), so clock ticks wake it only then. A time-based rule that never
+  calls it runs on every tick.
 """
 
 from __future__ import annotations
@@ -12,8 +24,11 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from enum import StrEnum
 
-from uac.checkpointer.state import EntityKey, UserState
+from uac.checkpointer.state import EntityKey, EntityView, StateView
 from uac.domains.facts import JsonValue
+
+EVERY_GROUP = "*"
+"""A group key meaning "in every group" (e.g. a passport matters to every trip)."""
 
 
 class Severity(StrEnum):
@@ -29,10 +44,17 @@ class RuleContext:
     now: datetime
     days_ahead: int = 7
     lapse_days_ahead: int = 14
+    rechecks: list[datetime | None] = field(default_factory=list, compare=False, repr=False)
+    """What :meth:`recheck_at` was told during the current evaluation (read by uac)."""
 
     @property
     def today(self) -> date:
         return self.now.date()
+
+    def recheck_at(self, when: datetime | None) -> None:
+        """Declare that the findings just computed hold, with time alone, until ``when``
+        (``None``: until the state changes). The earliest declaration wins."""
+        self.rechecks.append(when)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +68,9 @@ class Finding:
     details: Mapping[str, JsonValue] = field(default_factory=dict)
 
 
-RuleFunction = Callable[[UserState, RuleContext], Iterable[Finding]]
+RuleFunction = Callable[[StateView, RuleContext], Iterable[Finding]]
+GroupFunction = Callable[[EntityView], Iterable[str]]
+"""An entity -> the keys of the groups it belongs to (:data:`EVERY_GROUP`: all of them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +85,8 @@ class Rule:
     requires: frozenset[str] = frozenset()
     """The rule has nothing to say for a user without an entity of one of these types
     (e.g. no budget, no spending alert); empty means any type it reads."""
+    group_by: GroupFunction | None = None
+    """Splits the entities the rule reads into independent groups (None: one group)."""
 
     @property
     def anchors(self) -> frozenset[str]:
@@ -74,13 +100,13 @@ class Rule:
 
 def rule(
     rule_id: str, *, reads: Iterable[str], time_based: bool = False,
-    requires: Iterable[str] = (),
+    requires: Iterable[str] = (), group_by: GroupFunction | None = None,
 ) -> Callable[[RuleFunction], Rule]:
     """Decorator turning a function ``(state, ctx) -> findings`` into a :class:`Rule`."""
 
     def wrap(fn: RuleFunction) -> Rule:
         doc = (fn.__doc__ or "").strip()
         return Rule(rule_id, frozenset(reads), fn, time_based, doc.splitlines()[0] if doc else "",
-                    frozenset(requires))
+                    frozenset(requires), group_by)
 
     return wrap

@@ -38,11 +38,17 @@ class RuleContext:
     now: datetime
     days_ahead: int = 7
     lapse_days_ahead: int = 14
+    rechecks: list[datetime | None] = field(default_factory=list, compare=False, repr=False)
+    """What :meth:`recheck_at` was told (uac uses it to skip clock ticks; unused here)."""
 
     @property
     def today(self) -> date:
         """The UTC date of ``now``."""
         return self.now.date()
+
+    def recheck_at(self, when: datetime | None) -> None:
+        """A time-based rule's hint of when its findings can next change with time alone."""
+        self.rechecks.append(when)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +81,9 @@ class EntityView:
 
 class State:
     """All current entities of one user, read the way uac's ``UserState`` is read."""
+
+    group: str | None = None
+    """Rules grouped with ``group_by`` see one group at a time in uac; here, everything."""
 
     def __init__(self, user_id: str, views: Iterable[EntityView]) -> None:
         self.user_id = user_id
@@ -113,6 +122,9 @@ class State:
 
 
 UserState = State
+StateView = State
+EVERY_GROUP = "*"
+"""``group_by``'s "in every group" key (uac evaluates rule groups incrementally)."""
 
 
 def json_value(value: Any) -> JsonValue:
@@ -158,6 +170,8 @@ class Rule:
     description: str = ""
     requires: frozenset[str] = frozenset()
     """The rule has nothing to say without an entity of one of these types (empty: ``reads``)."""
+    group_by: Callable[[EntityView], Iterable[str]] | None = None
+    """Which independent groups an entity belongs to (uac evaluates groups incrementally)."""
 
     @property
     def anchors(self) -> frozenset[str]:
@@ -171,14 +185,14 @@ class Rule:
 
 def rule(
     rule_id: str, *, reads: Iterable[str], time_based: bool = False,
-    requires: Iterable[str] = (),
+    requires: Iterable[str] = (), group_by: Callable[[EntityView], Iterable[str]] | None = None,
 ) -> Callable[[RuleFunction], Rule]:
     """Decorator turning a function ``(state, ctx) -> findings`` into a :class:`Rule`."""
 
     def wrap(fn: RuleFunction) -> Rule:
         doc = (fn.__doc__ or "").strip()
         return Rule(rule_id, frozenset(reads), fn, time_based, doc.splitlines()[0] if doc else "",
-                    frozenset(requires))
+                    frozenset(requires), group_by)
 
     return wrap
 
@@ -199,6 +213,7 @@ def run_rules(rules: Iterable[Rule], state: State, ctx: RuleContext) -> Outcome:
     findings: list[tuple[str, Finding]] = []
     failures: list[tuple[str, str]] = []
     for item in rules:
+        ctx.rechecks.clear()
         try:
             found = list(item.evaluate(state, ctx))
             for finding in found:
@@ -217,7 +232,7 @@ def run_rules(rules: Iterable[Rule], state: State, ctx: RuleContext) -> Outcome:
 
 
 __all__ = [
-    "EntityKey", "EntityView", "Finding", "JsonValue", "Outcome", "Rule", "RuleContext",
-    "RuleFunction", "Severity", "State", "UserState", "attributes_of", "json_value", "rule",
-    "run_rules",
+    "EVERY_GROUP", "EntityKey", "EntityView", "Finding", "JsonValue", "Outcome", "Rule",
+    "RuleContext", "RuleFunction", "Severity", "State", "StateView", "UserState", "attributes_of",
+    "json_value", "rule", "run_rules",
 ]
