@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from uac.checkpointer.state import EntityView, StateView
 from uac.executor.builtin_common import contains_run, ref, text, words
-from uac.executor.rules import Finding, RuleContext, Severity, rule
+from uac.executor.rules import EVERY_GROUP, Finding, RuleContext, Severity, rule
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +97,7 @@ def _has(texts: tuple[tuple[str, ...], ...], terms: tuple[tuple[str, ...], ...])
     return any(contains_run(t, term) for t in texts for term in terms)
 
 
+@lru_cache(maxsize=4096)
 def _classify(allergen: tuple[str, ...], med: tuple[tuple[str, ...], ...]) -> _Match | None:
     """The strongest reason the medication (name and class words) conflicts with the allergen."""
     med_classes = [c for c in DRUG_CLASSES if _has(med, _TERMS[c.name][0] + _TERMS[c.name][1])]
@@ -139,7 +141,13 @@ def _active(med: EntityView) -> bool:
     return status is None or status.lower() not in STOPPED
 
 
-@rule("drug_allergy", reads=("allergy", "medication"), requires=("allergy",))
+def medication_groups(view: EntityView) -> tuple[str, ...]:
+    """``group_by`` of :func:`drug_allergy`: each medication on its own, allergies everywhere."""
+    return (EVERY_GROUP,) if view.entity_type == "allergy" else (ref(view),)
+
+
+@rule("drug_allergy", reads=("allergy", "medication"), requires=("allergy",),
+      group_by=medication_groups)
 def drug_allergy(state: StateView, ctx: RuleContext) -> list[Finding]:
     """An active medication matches an allergy, directly or through its drug class.
 

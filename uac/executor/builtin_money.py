@@ -46,13 +46,25 @@ def _money(amount: float, currency: str | None) -> str:
 
 
 def spending_groups(view: EntityView) -> tuple[str, ...]:
-    """``group_by`` of :func:`spending_limit`: by category; a budget for ``all`` meets every
-    positive amount."""
+    """``group_by`` of :func:`spending_limit`: a budget in its category's group; a transaction
+    in the groups of its week, month and year below its category's (and below ``all`` when
+    the amount is positive), so a budget only ever sums one period's transactions."""
     if view.entity_type == "budget":
         return (f"category:{normalized(text(view, 'category') or ALL)}",)
-    own = f"category:{normalized(text(view, 'category') or '')}"
-    amount = number(view, "amount")
-    return (own, f"category:{ALL}") if amount is not None and amount > 0 else (own,)
+    when, amount = day(view, "date"), number(view, "amount")
+    if when is None or amount is None:
+        return ()
+    categories = [normalized(text(view, "category") or "")] + ([ALL] if amount > 0 else [])
+    return tuple(f"category:{c}|{p}:{period_bounds(p, when)[0].isoformat()}"
+                 for c in categories for p in ("week", "month", "year"))
+
+
+def _group_period(group: str | None) -> tuple[str, date] | None:
+    """``category:x|month:2025-06-01`` -> ``("month", date(2025, 6, 1))``; None otherwise."""
+    if group is None or "|" not in group:
+        return None
+    kind, _, start = group.rpartition("|")[2].partition(":")
+    return kind, date.fromisoformat(start)
 
 
 @rule("spending_limit", reads=("budget", "transaction"), time_based=True, requires=("budget",),
@@ -69,8 +81,20 @@ def spending_limit(state: StateView, ctx: RuleContext) -> list[Finding]:
     ctx.recheck_at(None)
     findings: list[Finding] = []
     budgets = state.of_type("budget")
-    if not budgets:
-        return findings
+    only = _group_period(state.group)
+    if not budgets or (state.group is not None and only is None):
+        return findings  # no budget, or a budget's own group (its transactions are below it)
+    if only is not None:  # one period's group: it counts from its start to its end
+        kind, first = only
+        budgets = [b for b in budgets
+                   if _PERIODS.get((text(b, "period") or "month").lower()) == kind]
+        if not budgets:
+            return findings
+        if first > ctx.today:
+            ctx.recheck_at(midnight(first))
+            return findings
+        if period_bounds(kind, ctx.today)[0] != first:
+            return findings  # over: it has nothing to say any more
     transactions = [(when, amount, t) for t in state.of_type("transaction")
                     if (when := day(t, "date")) is not None
                     and (amount := number(t, "amount")) is not None]

@@ -1,7 +1,7 @@
 """Incremental rule evaluation: re-run only the rule groups a change touched or time made due.
 
 Pure: no I/O. The checkpointer keeps one :class:`RuleMemo` per user and rule.
-A memo remembers which group each entity belongs to (``Rule.group_by``), which
+A memo remembers which groups each entity belongs to (``Rule.group_by``), which
 alerts each group found, and when each group must be looked at again because
 time passed (``RuleContext.recheck_at``). A window then costs the groups of the
 entities it changed plus the groups whose recheck time came, not the user's
@@ -39,35 +39,47 @@ from uac.executor.rules import EVERY_GROUP, Finding, Rule, RuleContext
 log = logging.getLogger(__name__)
 WHOLE = ""
 """The one group of a rule without ``group_by``: the whole state."""
+SEP = "|"
+"""Separates a group key's levels: group ``a|b`` also sees the members of group ``a``."""
 
 Members = dict[str, dict[str, EntityState]]
 """entity type -> entity id -> entity."""
 
 
+def ancestors(group: str) -> list[str]:
+    """``"a|b|c"`` -> ``["a", "a|b"]``: the groups whose members a group also sees."""
+    parts = group.split(SEP)
+    return [SEP.join(parts[:i]) for i in range(1, len(parts))]
+
+
 @dataclass(slots=True)
 class GroupView:
-    """One rule group of a user's state, read like :class:`UserState` (a ``StateView``)."""
+    """One rule group of a user's state, read like :class:`UserState` (a ``StateView``):
+    its own members, its ancestors' (``a`` for ``a|b``) and those in every group."""
 
     user_id: str
     group: str
-    own: Members
-    every: Members
+    layers: list[Members]
     _cache: dict[str, list[EntityView]] = field(default_factory=dict)
 
     def of_type(self, entity_type: str) -> list[EntityView]:
-        """The group's current entities of a type (its own and those in every group), by id."""
+        """The group's current entities of a type, by id."""
         views = self._cache.get(entity_type)
         if views is None:
-            merged = {**self.every.get(entity_type, {}), **self.own.get(entity_type, {})}
+            merged: dict[str, EntityState] = {}
+            for layer in self.layers:
+                merged.update(layer.get(entity_type, {}))
             views = [merged[i].view() for i in sorted(merged) if merged[i].exists]
             self._cache[entity_type] = views
         return views
 
     def entity(self, entity_type: str, entity_id: str) -> EntityView | None:
         """A current entity of the group, or None."""
-        state = (self.own.get(entity_type, {}).get(entity_id)
-                 or self.every.get(entity_type, {}).get(entity_id))
-        return state.view() if state is not None and state.exists else None
+        for layer in self.layers:
+            state = layer.get(entity_type, {}).get(entity_id)
+            if state is not None:
+                return state.view() if state.exists else None
+        return None
 
 
 @dataclass(slots=True)
@@ -78,6 +90,8 @@ class RuleMemo:
     groups_of: dict[EntityKey, tuple[str, ...]] = field(default_factory=dict)
     members: dict[str, Members] = field(default_factory=dict)
     every: Members = field(default_factory=dict)
+    parents: set[str] = field(default_factory=set)
+    """Groups that have (or had) groups below them."""
     found: dict[str, frozenset[str]] = field(default_factory=dict)
     """group -> ids of the alerts its last evaluation found."""
     counts: dict[str, int] = field(default_factory=dict)
@@ -92,6 +106,8 @@ class RuleMemo:
         for key in keys:
             target = self.every if key == EVERY_GROUP else self.members.setdefault(key, {})
             target.setdefault(entity.entity_type, {})[entity.entity_id] = entity
+            if SEP in key:
+                self.parents.update(ancestors(key))
         if keys:
             self.groups_of[(entity.entity_type, entity.entity_id)] = keys
         return keys
@@ -114,6 +130,7 @@ class RuleMemo:
         self.groups_of.clear()
         self.members.clear()
         self.every.clear()
+        self.parents.clear()
         if rule.group_by is None:
             return {WHOLE}
         for entity_type in sorted(rule.reads):
@@ -137,6 +154,10 @@ class RuleMemo:
                 affected.update(self._place(rule, entity))
         if EVERY_GROUP in affected:
             return self.all_groups()
+        parents = [g for g in affected if g in self.parents]
+        if parents:  # a parent's members are seen by every group below it
+            below = tuple(g + SEP for g in parents)
+            affected.update(g for g in self.all_groups() if g.startswith(below))
         return affected
 
     def all_groups(self) -> set[str]:
@@ -145,7 +166,10 @@ class RuleMemo:
     def view(self, rule: Rule, state: UserState, group: str) -> UserState | GroupView:
         if rule.group_by is None:
             return state
-        return GroupView(state.user_id, group, self.members.get(group, {}), self.every)
+        members = self.members
+        layers = [self.every, *(members.get(a, {}) for a in ancestors(group)),
+                  members.get(group, {})]
+        return GroupView(state.user_id, group, [layer for layer in layers if layer])
 
     # -- time ------------------------------------------------------------------------------------
     def set_wake(self, group: str, wake: datetime | None) -> None:

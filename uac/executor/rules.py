@@ -8,9 +8,11 @@ Two optional declarations keep a rule's cost proportional to what changed
 rather than to the user's history (see :mod:`uac.executor.incremental`):
 
 - ``group_by`` splits the entities a rule reads into independent groups (a
-  deadline is its own group; transactions group by category; a passport is in
-  every group). After a change only the groups of the changed entities run, and
-  the rule sees only that group's entities (``state.group`` names it).
+  deadline is its own group; a passport is in every group; a budget is in group
+  ``category:dining`` and the transactions of one month in the group below it,
+  ``category:dining|month:2025-06``, which also sees the budget). After a change
+  only the groups of the changed entities (and those below them) run, and the
+  rule sees only that group's entities (``state.group`` names it).
 - ``ctx.recheck_at(when)``, called by a time-based rule, says its findings for
   what it just saw cannot change with time alone before ``when`` (``None``:
   not at all), so clock ticks wake it only then. A time-based rule that never
