@@ -195,7 +195,9 @@ class Checkpointer:
             state = self._user(user_id)
             memos = self.memos[user_id]
             open_alerts = self.open_alerts[user_id]
+            timed = False
             for rule in rules:
+                timed = timed or rule.time_based
                 memo = memos.get(rule.rule_id)
                 if memo is None:
                     memo = memos[rule.rule_id] = RuleMemo()
@@ -211,7 +213,7 @@ class Checkpointer:
                 if failure is not None:
                     self._reject_rule(failure, window_id)
                     summary.rule_failures += 1
-            if self._time_rules:
+            if timed:
                 self._schedule(user_id)
         batch.checkpoint = Checkpoint(batch.checkpoint.log_offset, window_id,
                                       batch.checkpoint.watermark, seq)
@@ -235,7 +237,7 @@ class Checkpointer:
 
     def _schedule(self, user_id: str) -> None:
         """Record when ticks must next wake ``user_id``, from its time-based rules' memos."""
-        state, memos, open_alerts = self.states[user_id], self.memos[user_id], None
+        by_type, memos = self.states[user_id].by_type, self.memos[user_id]
         wake: datetime | None = None
         for rule in self._time_rules:
             memo = memos.get(rule.rule_id)
@@ -244,11 +246,14 @@ class Checkpointer:
                 if when is not None and (wake is None or when < wake):
                     wake = when
                 continue
-            open_alerts = self.open_alerts[user_id] if open_alerts is None else open_alerts
-            if any(state.by_type.get(t) for t in rule.anchors) or any(
-                    a.rule_id == rule.rule_id for a in open_alerts.values()):
-                self._unscheduled.add(user_id)  # not run yet: the next tick runs it
-                return
+            for anchor in rule.anchors:
+                if by_type.get(anchor):
+                    self._unscheduled.add(user_id)  # not run yet: the next tick runs it
+                    return
+            for alert in self.open_alerts[user_id].values():
+                if alert.rule_id == rule.rule_id:
+                    self._unscheduled.add(user_id)
+                    return
         self._unscheduled.discard(user_id)
         if wake is None:
             self._wake_at.pop(user_id, None)

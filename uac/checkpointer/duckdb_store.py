@@ -92,7 +92,11 @@ FROM store.facts"""
 """What ``facts`` looks like to a query: typed columns read from the stored record."""
 
 
-def _typed_select(etype: EntityType) -> str:
+_BATCH_COLUMNS = "user_id, entity_type, entity_id, attributes, state_version, present, extra"
+"""The columns of an entity batch (the registered Arrow table, or a VALUES list)."""
+
+
+def _typed_select(etype: EntityType, source: str = "uac_entities") -> str:
     """SQL that turns rows of the entity batch into the typed table's columns."""
     cols = []
     for spec in etype.fields:
@@ -103,7 +107,7 @@ def _typed_select(etype: EntityType) -> str:
         else:
             cols.append(f"TRY_CAST(json_extract_string(attributes, '$.{spec.name}') "
                         f"AS {SQL_TYPES[spec.kind]})")
-    return (f"SELECT user_id, entity_id, {', '.join(cols)} FROM uac_entities "
+    return (f"SELECT user_id, entity_id, {', '.join(cols)} FROM {source} "
             f"WHERE present AND entity_type = '{etype.name}'")
 
 
@@ -235,8 +239,11 @@ class DuckDBStateStore(StateStore):
                 value = orjson.dumps({"log_offset": cp.log_offset, "window_id": cp.window_id,
                                       "alert_seq": cp.alert_seq,
                                       "watermark": iso(cp.watermark) if cp.watermark else None})
-                con.execute("INSERT OR REPLACE INTO store.meta VALUES ('checkpoint', ?)",
-                            [value.decode()])
+                updated = _one(con, "UPDATE store.meta SET value = ? WHERE key = 'checkpoint'",
+                               [value.decode()])
+                if not updated or not updated[0]:  # the first commit (UPDATE is 4x cheaper)
+                    con.execute("INSERT INTO store.meta VALUES ('checkpoint', ?)",
+                                [value.decode()])
                 con.execute("COMMIT")
             except BaseException:
                 con.execute("ROLLBACK")
@@ -246,6 +253,9 @@ class DuckDBStateStore(StateStore):
                     self._after_commit()
 
     _SMALL = 64
+    _FEW = 4
+    """Up to this many keys, rows are deleted by key, one statement each (a DELETE joined
+    with a registered batch scans the whole table: 4x slower for one row)."""
 
     def _insert(self, con: duckdb.DuckDBPyConnection, table: str,
                 columns: dict[str, list[Any]]) -> None:
@@ -285,6 +295,12 @@ class DuckDBStateStore(StateStore):
     def _replace_keys(self, con: duckdb.DuckDBPyConnection, table: str, keys: tuple[str, ...],
                       columns: dict[str, list[Any]]) -> None:
         """Delete the rows of ``table`` whose key columns match the given key rows."""
+        rows = list(zip(*columns.values(), strict=True))
+        if len(rows) <= self._FEW:
+            cond = " AND ".join(f"{k} = ?" for k in keys)
+            for row in rows:
+                con.execute(f"DELETE FROM store.{table} WHERE {cond}", list(row))
+            return
         import pyarrow as pa
 
         con.register("uac_keys", pa.table(columns))
@@ -312,38 +328,70 @@ class DuckDBStateStore(StateStore):
         Python hands DuckDB one batch (ids + attributes as JSON); DuckDB casts the
         typed columns itself (``TRY_CAST``: a value that does not fit becomes NULL).
         """
-        import pyarrow as pa
-
         rows = list(entities.values())
         generic = {t.name: t for t in entity_types()}.get(GENERIC_TYPE)
         known = {f.name for f in generic.fields} if generic else set()
-        batch = pa.table({
+        columns: dict[str, list[Any]] = {
             "user_id": [r.user_id for r in rows],
             "entity_type": [r.entity_type for r in rows],
             "entity_id": [r.entity_id for r in rows],
             "attributes": [orjson.dumps(r.attributes, option=orjson.OPT_SORT_KEYS).decode()
                            for r in rows],
-            "state_version": pa.array([r.state_version for r in rows], pa.int64()),
-            "present": pa.array([r.exists for r in rows], pa.bool_()),
+            "state_version": [r.state_version for r in rows],
+            "present": [r.exists for r in rows],
             "extra": [orjson.dumps({k: v for k, v in r.attributes.items() if k not in known}
                                    ).decode() if r.entity_type == GENERIC_TYPE else None
                       for r in rows],
-        })
+        }
+        types = {t.name: t for t in entity_types()}
+        written = [types[n] for n in sorted({r.entity_type for r in rows}) if n in types]
+        if len(rows) <= self._FEW:
+            self._write_few_entities(con, rows, columns, written)
+            return
+        import pyarrow as pa
+
+        batch = pa.table({**columns,
+                          "state_version": pa.array(columns["state_version"], pa.int64()),
+                          "present": pa.array(columns["present"], pa.bool_())})
         con.register("uac_entities", batch)
         try:
             self._delete_matching(con, "entities", ("user_id", "entity_type", "entity_id"))
             con.execute("INSERT INTO store.entities SELECT user_id, entity_type, entity_id, "
                         "attributes, state_version FROM uac_entities WHERE present")
-            types = {t.name: t for t in entity_types()}
-            for type_name in sorted({r.entity_type for r in rows}):
-                etype = types.get(type_name)
-                if etype is None:
-                    continue
+            for etype in written:
                 self._delete_matching(con, etype.table, ("user_id", "entity_id"),
                                       f"k.entity_type = '{etype.name}'")
                 con.execute(f"INSERT INTO store.{etype.table} {_typed_select(etype)}")
         finally:
             con.unregister("uac_entities")
+
+    def _write_few_entities(self, con: duckdb.DuckDBPyConnection, rows: list[EntityRow],
+                            columns: dict[str, list[Any]], written: list[EntityType]) -> None:
+        """The same as the batch path for a handful of rows: deletes by key, VALUES inserts."""
+        tables = {t.name: t.table for t in written}
+        for r in rows:
+            con.execute("DELETE FROM store.entities WHERE user_id = ? AND entity_type = ? "
+                        "AND entity_id = ?", [r.user_id, r.entity_type, r.entity_id])
+            table = tables.get(r.entity_type)
+            if table is not None:
+                con.execute(f"DELETE FROM store.{table} WHERE user_id = ? AND entity_id = ?",
+                            [r.user_id, r.entity_id])
+        present = [i for i, r in enumerate(rows) if r.exists]
+        if not present:
+            return
+        self._insert(con, "entities", {
+            k: [columns[k][i] for i in present]
+            for k in ("user_id", "entity_type", "entity_id", "attributes", "state_version")})
+        names = _BATCH_COLUMNS.split(", ")
+        marks = "(" + ", ".join("?" * len(names)) + ")"
+        for etype in written:
+            chosen = [i for i in present if rows[i].entity_type == etype.name]
+            if not chosen:
+                continue
+            values = ", ".join([marks] * len(chosen))
+            source = f"(VALUES {values}) AS uac_entities({_BATCH_COLUMNS})"
+            params = [columns[n][i] for i in chosen for n in names]
+            con.execute(f"INSERT INTO store.{etype.table} {_typed_select(etype, source)}", params)
 
     def _delete_matching(self, con: duckdb.DuckDBPyConnection, table: str,
                          keys: tuple[str, ...], where: str = "true") -> None:
