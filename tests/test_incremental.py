@@ -162,3 +162,29 @@ def test_a_group_view_shows_its_members_and_the_every_group_members() -> None:
     # a passport change touches every group
     assert memo.update(rule, state, [("passport", "p")]) == {"trip/t1", "trip/t2"}
     assert memo.update(rule, state, [("trip", "t2")]) == {"trip/t2"}
+
+
+def test_the_readme_rule_example_runs_and_wakes_only_when_due() -> None:
+    from pathlib import Path
+
+    from uac.checkpointer.fold import fold
+    from uac.domains.facts import make_fact
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    code = readme.split("### Writing a rule", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    namespace: dict[str, object] = {}
+    exec(compile(code, "README.md", "exec"), namespace)  # the README is ours, not input
+    rule = namespace["visa_expiring"]
+    at = datetime(2025, 1, 1, tzinfo=UTC)
+    state = fold([make_fact(user_id="u", entity_type="visa", entity_id="jp",
+                            attributes={"country": "JP", "valid_until": "2025-03-01"},
+                            valid_time=at, observed_time=at, provenance=("s1",))])["u"]
+    memo, open_alerts = RuleMemo(), {}  # type: ignore[var-annotated]
+    events, failure = run_rule(rule, state, RuleContext(at), open_alerts, memo, [])  # type: ignore[arg-type]
+    assert failure is None and events == []
+    assert memo.next_wake() == datetime(2025, 1, 30, tzinfo=UTC)
+    assert memo.due(datetime(2025, 1, 29, 23, 59, tzinfo=UTC)) == set()
+    events, _ = run_rule(rule, state, RuleContext(datetime(2025, 1, 30, 0, 5, tzinfo=UTC)),  # type: ignore[arg-type]
+                         open_alerts, memo, [])
+    assert [e.kind for e in events] == [AlertEventKind.RAISED]
+    assert memo.next_wake() == datetime(2025, 3, 2, tzinfo=UTC)

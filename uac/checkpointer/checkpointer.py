@@ -171,7 +171,8 @@ class Checkpointer:
             entity = state.entities[(change.entity_type, change.entity_id)]
             batch.entities[(user_id, change.entity_type, change.entity_id)] = EntityRow(
                 user_id, change.entity_type, change.entity_id, entity.exists,
-                entity.current_values() if entity.exists else {}, version)
+                entity.current_values() if entity.exists else {}, version,
+                is_new=change.kind is ChangeKind.CREATED)
         if now is not None:
             batch.state_changes.append(
                 StateChange(user_id, version, window_id, now, tuple(changes)))

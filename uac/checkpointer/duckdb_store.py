@@ -370,6 +370,8 @@ class DuckDBStateStore(StateStore):
         """The same as the batch path for a handful of rows: deletes by key, VALUES inserts."""
         tables = {t.name: t.table for t in written}
         for r in rows:
+            if r.is_new:
+                continue  # created in this batch: no row to replace
             con.execute("DELETE FROM store.entities WHERE user_id = ? AND entity_type = ? "
                         "AND entity_id = ?", [r.user_id, r.entity_type, r.entity_id])
             table = tables.get(r.entity_type)

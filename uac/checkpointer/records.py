@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from uac.checkpointer.fold import EntityChange
@@ -33,6 +33,8 @@ class EntityRow:
     exists: bool
     attributes: dict[str, JsonValue]
     state_version: int
+    is_new: bool = False
+    """The store holds no row of this entity yet (it was created): nothing to replace."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +65,10 @@ class CommitBatch:
         """Fold a later batch into this one (later entity rows win)."""
         self.checkpoint = other.checkpoint
         self.facts.extend(other.facts)
-        self.entities.update(other.entities)
+        for key, row in other.entities.items():
+            earlier = self.entities.get(key)
+            if earlier is not None and earlier.is_new != row.is_new:
+                row = replace(row, is_new=earlier.is_new)  # new relative to the store, or not
+            self.entities[key] = row
         self.state_changes.extend(other.state_changes)
         self.alert_events.extend(other.alert_events)
