@@ -19,7 +19,7 @@ from uac.checkpointer.records import Checkpoint, CommitBatch, EntityRow, StateCh
 from uac.checkpointer.state import EntityKey, UserState
 from uac.checkpointer.store import StateStore
 from uac.domains.facts import Fact, Tick, WindowMark, iso
-from uac.executor.alerts import Alert, AlertEventKind, RuleFailure, select
+from uac.executor.alerts import Alert, AlertEventKind, RuleFailure, select, worth_running
 from uac.executor.incremental import RuleMemo, run_rule
 from uac.executor.rules import Rule, RuleContext
 from uac.metrics import Metrics
@@ -238,7 +238,7 @@ class Checkpointer:
 
     def _schedule(self, user_id: str) -> None:
         """Record when ticks must next wake ``user_id``, from its time-based rules' memos."""
-        by_type, memos = self.states[user_id].by_type, self.memos[user_id]
+        state, memos = self.states[user_id], self.memos[user_id]
         wake: datetime | None = None
         for rule in self._time_rules:
             memo = memos.get(rule.rule_id)
@@ -246,15 +246,9 @@ class Checkpointer:
                 when = memo.next_wake()
                 if when is not None and (wake is None or when < wake):
                     wake = when
-                continue
-            for anchor in rule.anchors:
-                if by_type.get(anchor):
-                    self._unscheduled.add(user_id)  # not run yet: the next tick runs it
-                    return
-            for alert in self.open_alerts[user_id].values():
-                if alert.rule_id == rule.rule_id:
-                    self._unscheduled.add(user_id)
-                    return
+            elif worth_running(rule, state, self.open_alerts[user_id]):
+                self._unscheduled.add(user_id)  # not run yet: the next tick runs it
+                return
         self._unscheduled.discard(user_id)
         if wake is None:
             self._wake_at.pop(user_id, None)

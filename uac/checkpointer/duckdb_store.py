@@ -368,16 +368,14 @@ class DuckDBStateStore(StateStore):
     def _write_few_entities(self, con: duckdb.DuckDBPyConnection, rows: list[EntityRow],
                             columns: dict[str, list[Any]], written: list[EntityType]) -> None:
         """The same as the batch path for a handful of rows: deletes by key, VALUES inserts."""
-        tables = {t.name: t.table for t in written}
-        for r in rows:
-            if r.is_new:
-                continue  # created in this batch: no row to replace
-            con.execute("DELETE FROM store.entities WHERE user_id = ? AND entity_type = ? "
-                        "AND entity_id = ?", [r.user_id, r.entity_type, r.entity_id])
-            table = tables.get(r.entity_type)
-            if table is not None:
-                con.execute(f"DELETE FROM store.{table} WHERE user_id = ? AND entity_id = ?",
-                            [r.user_id, r.entity_id])
+        old = [r for r in rows if not r.is_new]  # created in this batch: no row to replace
+        self._replace_keys(con, "entities", ("user_id", "entity_type", "entity_id"), {
+            "user_id": [r.user_id for r in old], "entity_type": [r.entity_type for r in old],
+            "entity_id": [r.entity_id for r in old]})
+        for etype in written:
+            mine = [r for r in old if r.entity_type == etype.name]
+            self._replace_keys(con, etype.table, ("user_id", "entity_id"), {
+                "user_id": [r.user_id for r in mine], "entity_id": [r.entity_id for r in mine]})
         present = [i for i, r in enumerate(rows) if r.exists]
         if not present:
             return

@@ -133,17 +133,26 @@ def evaluate(
         for aid, finding in sorted(current.items()):
             if aid in open_alerts:
                 continue
-            alert = Alert(aid, state.user_id, rule.rule_id, finding.subject, finding.severity,
-                          finding.message, AlertStatus.OPEN, ctx.now,
-                          evidence_for(state, finding), dict(finding.details))
-            open_alerts[aid] = alert
-            events.append(AlertEvent(AlertEventKind.RAISED, alert, ctx.now))
+            events.append(raise_alert(state, rule, aid, finding, ctx, open_alerts))
         for aid, alert in sorted(open_alerts.items()):
             if alert.rule_id == rule.rule_id and aid not in current:
-                del open_alerts[aid]
-                events.append(AlertEvent(AlertEventKind.RESOLVED, resolved(alert, ctx.now),
-                                         ctx.now))
+                events.append(resolve_alert(aid, ctx, open_alerts))
     return events, failures
+
+
+def raise_alert(state: UserState, rule: Rule, aid: str, finding: Finding, ctx: RuleContext,
+                open_alerts: dict[str, Alert]) -> AlertEvent:
+    """Open the alert ``aid`` for ``finding`` (added to ``open_alerts``); its raised event."""
+    alert = Alert(aid, state.user_id, rule.rule_id, finding.subject, finding.severity,
+                  finding.message, AlertStatus.OPEN, ctx.now, evidence_for(state, finding),
+                  dict(finding.details))
+    open_alerts[aid] = alert
+    return AlertEvent(AlertEventKind.RAISED, alert, ctx.now)
+
+
+def resolve_alert(aid: str, ctx: RuleContext, open_alerts: dict[str, Alert]) -> AlertEvent:
+    """Close the open alert ``aid`` (removed from ``open_alerts``); its resolved event."""
+    return AlertEvent(AlertEventKind.RESOLVED, resolved(open_alerts.pop(aid), ctx.now), ctx.now)
 
 
 def worth_running(rule: Rule, state: UserState, open_alerts: dict[str, Alert]) -> bool:

@@ -25,13 +25,11 @@ from uac.checkpointer.state import EntityKey, EntityState, EntityView, UserState
 from uac.executor.alerts import (
     Alert,
     AlertEvent,
-    AlertEventKind,
-    AlertStatus,
     RuleFailure,
     alert_id_for,
-    evidence_for,
     findings_of,
-    resolved,
+    raise_alert,
+    resolve_alert,
     worth_running,
 )
 from uac.executor.rules import EVERY_GROUP, Finding, Rule, RuleContext
@@ -126,11 +124,10 @@ class RuleMemo:
         return keys
 
     def build(self, rule: Rule, state: UserState) -> set[str]:
-        """Place every current entity the rule reads; return every group."""
-        self.groups_of.clear()
-        self.members.clear()
-        self.every.clear()
-        self.parents.clear()
+        """Forget everything; place every current entity the rule reads; return every group."""
+        for known in (self.groups_of, self.members, self.every, self.parents, self.found,
+                      self.counts, self.wakes, self._heap):
+            known.clear()
         if rule.group_by is None:
             return {WHOLE}
         for entity_type in sorted(rule.reads):
@@ -226,10 +223,6 @@ def run_rule(
         if not worth_running(rule, state, open_alerts):
             return [], None
         groups = memo.build(rule, state)
-        memo.found.clear()
-        memo.counts.clear()
-        memo.wakes.clear()
-        memo._heap.clear()
     else:
         groups = memo.update(rule, state, changed) | memo.due(ctx.now)
     outcome = _Outcome()
@@ -244,16 +237,10 @@ def run_rule(
     events: list[AlertEvent] = []
     for aid in sorted(outcome.raise_):
         if counts.get(aid, 0) > 0 and aid not in open_alerts:
-            finding = outcome.raise_[aid]
-            alert = Alert(aid, state.user_id, rule.rule_id, finding.subject, finding.severity,
-                          finding.message, AlertStatus.OPEN, ctx.now,
-                          evidence_for(state, finding), dict(finding.details))
-            open_alerts[aid] = alert
-            events.append(AlertEvent(AlertEventKind.RAISED, alert, ctx.now))
+            events.append(raise_alert(state, rule, aid, outcome.raise_[aid], ctx, open_alerts))
     for aid in sorted(outcome.clear):
         if counts.get(aid, 0) == 0 and aid in open_alerts:
-            events.append(AlertEvent(AlertEventKind.RESOLVED,
-                                     resolved(open_alerts.pop(aid), ctx.now), ctx.now))
+            events.append(resolve_alert(aid, ctx, open_alerts))
     failure = None
     if outcome.failed is not None:
         failure = RuleFailure(state.user_id, rule.rule_id, outcome.failed, ctx.now)
