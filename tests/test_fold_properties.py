@@ -176,3 +176,18 @@ def test_window_changes_name_what_happened_to_each_entity() -> None:
     )]
     assert kinds == [ChangeKind.CREATED, ChangeKind.HISTORY, ChangeKind.HISTORY,
                      ChangeKind.UPDATED, ChangeKind.DELETED]
+
+
+def test_bulk_gc_nests_and_restores_the_collector_thresholds() -> None:
+    import gc
+
+    from uac.checkpointer.fold import bulk_gc
+
+    before = gc.get_threshold()
+    with bulk_gc():
+        bulk = gc.get_threshold()
+        assert bulk != before
+        with bulk_gc():  # nested (fold_window inside a checkpointer run): left as it is
+            assert gc.get_threshold() == bulk
+        assert gc.get_threshold() == bulk
+    assert gc.get_threshold() == before

@@ -10,12 +10,14 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import NamedTuple
 
 from uac.checkpointer.state import EntityKey, EntityState, UserState
 from uac.domains.facts import Fact, Op
+
+_BULK_THRESHOLDS = (100_000, 50, 1000)
 
 
 @contextmanager
@@ -28,7 +30,10 @@ def bulk_gc() -> Iterator[None]:
     back when the block ends.
     """
     previous = gc.get_threshold()
-    gc.set_threshold(100_000, 50, 1000)
+    if previous == _BULK_THRESHOLDS:  # already inside: restoring on exit would collect now
+        yield
+        return
+    gc.set_threshold(*_BULK_THRESHOLDS)
     try:
         yield
     finally:
@@ -45,8 +50,9 @@ class ChangeKind(StrEnum):
     """New facts only changed history (e.g. an older value), not the current value."""
 
 
-@dataclass(frozen=True, slots=True)
-class EntityChange:
+class EntityChange(NamedTuple):
+    """One entity's net change over a window (a named tuple: windows make many of them)."""
+
     entity_type: str
     entity_id: str
     kind: ChangeKind
