@@ -17,6 +17,8 @@ from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 
+import orjson
+
 from uac.checkpointer.checkpointer import Checkpointer, RuleSettings
 from uac.checkpointer.duckdb_store import DuckDBStateStore
 from uac.checkpointer.fold import as_of, fold
@@ -24,8 +26,12 @@ from uac.checkpointer.records import EntityRow
 from uac.checkpointer.state import UserState
 from uac.checkpointer.store import dump
 from uac.domains.facts import Fact, Op
+from uac.errors import ValidationError
 from uac.executor.alerts import Alert, AlertEvent, AlertStatus
 from uac.executor.query import QueryResult
+from uac.extraction.ledger import JsonlExtractionLedger, UsageTotal
+from uac.extraction.locomo import locomo_turns
+from uac.extraction.turns import Turn
 from uac.settings import Settings
 from uac.streams.embedded import EmbeddedPipeline, IngestSummary, default_rules
 from uac.streams.log import FileFactLog
@@ -35,21 +41,33 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "FactStatus", "FactView", "ReplaySummary", "alert_events", "alerts", "facts", "ingest",
-    "query", "rejects", "replay", "state", "tick", "user_state", "users",
+    "ingest_turns", "query", "read_locomo", "rejects", "replay", "state", "tick", "usage",
+    "user_state", "users",
 ]
 
 
 # -- writing ------------------------------------------------------------------------------------
+INPUT_FORMATS = ("jsonl", "locomo")
+
+
 def ingest(source: Path | str | Iterable[bytes | str], *, settings: Settings,
            progress: Callable[[int], None] | None = None,
-           metrics_file: Path | None = None) -> IngestSummary:
-    """Ingest observations (a JSON Lines file, or lines) into the memory in ``settings.data_dir``.
+           metrics_file: Path | None = None, format: str = "jsonl") -> IngestSummary:
+    """Ingest a file (or lines) into the memory in ``settings.data_dir``.
 
+    ``format="jsonl"``: JSON Lines of observations, ticks and conversation turns (turns are
+    extracted into facts by ``settings.model_name``). ``format="locomo"``: a LoCoMo
+    conversation file, each speaker a user (see :mod:`uac.extraction.locomo`).
     ``metrics_file``: also write this run's Prometheus metrics there (text format, e.g. for
     node_exporter's textfile collector).
     """
+    if format not in INPUT_FORMATS:
+        raise ValidationError(f"unknown input format {format!r}; use one of {INPUT_FORMATS}")
     with EmbeddedPipeline(settings) as pipeline:
-        if isinstance(source, Path | str):
+        if format == "locomo":
+            path = Path(source)  # type: ignore[arg-type]
+            summary = pipeline.ingest_turns(read_locomo(path), progress)
+        elif isinstance(source, Path | str):
             path = Path(source)
             with open(path, "rb") as fh:
                 summary = pipeline.ingest_lines(fh, path.name, progress)
@@ -60,6 +78,32 @@ def ingest(source: Path | str | Iterable[bytes | str], *, settings: Settings,
 
             write_to_textfile(str(metrics_file), pipeline.metrics.registry)
         return summary
+
+
+def read_locomo(path: Path) -> list[Turn]:
+    """The turns of a LoCoMo file (see :func:`uac.extraction.locomo.locomo_turns`)."""
+    try:
+        data = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise ValidationError(f"not valid JSON ({exc})", where=str(path)) from None
+    return list(locomo_turns(data, path.stem))
+
+
+def ingest_turns(turns: Iterable[Turn], *, settings: Settings,
+                 progress: Callable[[int], None] | None = None) -> IngestSummary:
+    """Extract facts from conversation turns (library use) and fold them, like :func:`ingest`."""
+    with EmbeddedPipeline(settings) as pipeline:
+        return pipeline.ingest_turns(turns, progress)
+
+
+def usage(*, settings: Settings, user_id: str | None = None) -> dict[tuple[str, str], UsageTotal]:
+    """Model use of extraction per (user, model): windows, calls, turns, tokens, cost."""
+    ledger = JsonlExtractionLedger(settings.data_dir)
+    try:
+        totals = ledger.usage()
+    finally:
+        ledger.close()
+    return {k: v for k, v in sorted(totals.items()) if user_id is None or k[0] == user_id}
 
 
 def tick(at: datetime, *, settings: Settings) -> IngestSummary:

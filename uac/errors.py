@@ -64,3 +64,17 @@ class RuleError(UacError):
 
 class ExportError(UacError):
     """A user's memory could not be exported."""
+
+
+class ExtractionError(UacError):
+    """Turns could not be turned into facts (a bad turn, a model answer that does not validate)."""
+
+
+class ModelError(ExtractionError):
+    """A model call failed. ``retriable``: a timeout, a rate limit or a server error."""
+
+    def __init__(self, message: str, *, retriable: bool, status: int | None = None,
+                 step_id: str | None = None) -> None:
+        super().__init__(message, step_id=step_id)
+        self.retriable = retriable
+        self.status = status

@@ -31,6 +31,12 @@ class Metrics:
                                      registry=r)
         self.commit_seconds = Histogram("uac_commit_seconds", "Store commit latency",
                                         registry=r)
+        self.model_calls = Counter("uac_model_calls", "Model calls of the extraction stage",
+                                   ["model", "outcome"], registry=r)
+        self.model_tokens = Counter("uac_model_tokens", "Tokens of extraction model calls",
+                                    ["model", "kind"], registry=r)
+        self.model_cost = Counter("uac_model_cost_usd", "Cost of extraction model calls (litellm)",
+                                  ["model"], registry=r)
         self.checkpoint_offset = Gauge("uac_checkpoint_offset", "Next log offset to fold",
                                        registry=r)
 

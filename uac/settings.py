@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -37,6 +37,40 @@ class Settings(BaseSettings):
     lapse_days_ahead: int = Field(
         default=14, ge=0, description="Warranties and return windows alert this many days ahead."
     )
+
+    model: str | None = Field(
+        default=None,
+        description="The litellm model extraction calls (e.g. openai/gpt-4o-mini, "
+                    "ollama/llama3, hosted_vllm/NAME); unset: the built-in offline model.")
+    api_base: str | None = Field(
+        default=None, description="The model server's base URL (a local OpenAI-compatible one).")
+    api_key: SecretStr | None = Field(
+        default=None, description="The model provider's API key (or the provider's own env var).")
+    model_timeout: float = Field(default=60.0, gt=0, description="Seconds one model call may take.")
+    model_retries: int = Field(
+        default=3, ge=0, description="Retries of a call that timed out, was rate limited or hit a "
+                                     "server error.")
+    model_backoff: float = Field(
+        default=1.0, ge=0, description="Seconds before the first retry; doubles each retry.")
+    response_format: str = Field(
+        default="auto", pattern="^(auto|json_schema|json_object|none)$",
+        description="How the answer's JSON shape is requested: auto (a JSON schema where the "
+                    "model supports it), json_schema, json_object or none (the prompt only).")
+    extract_window_turns: int = Field(
+        default=20, ge=1, description="An extraction window (one model call) holds at most this "
+                                      "many turns of a user.")
+    extract_window_chars: int = Field(
+        default=12_000, ge=1, description="... and at most this many characters of turn text.")
+    extract_window_span: timedelta = Field(
+        default=timedelta(hours=6),
+        description="... spanning at most this much event time; a new session also closes it.")
+
+    @property
+    def model_name(self) -> str:
+        """The model extraction uses: ``model``, or the offline one."""
+        from uac.extraction.model import OFFLINE_MODEL
+
+        return self.model or OFFLINE_MODEL
 
     @property
     def log_path(self) -> Path:

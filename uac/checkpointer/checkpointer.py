@@ -82,6 +82,10 @@ class Checkpointer:
         return self._checkpoint
 
     # -- user state, loaded on first touch ------------------------------------------------------
+    def user_state(self, user_id: str) -> UserState:
+        """The user's folded state (loaded from the store on first use; do not mutate it)."""
+        return self._user(user_id)
+
     def _user(self, user_id: str) -> UserState:
         state = self.states.get(user_id)
         if state is None:

@@ -21,10 +21,12 @@ from uac.checkpointer.windows import WindowPolicy
 from uac.domains.facts import Fact, LogRecord, Tick, WindowMark
 from uac.errors import ValidationError
 from uac.executor.rules import Rule
+from uac.extraction.turns import Turn, is_turn, parse_turn
 from uac.metrics import Metrics
 from uac.settings import Settings
+from uac.streams.conversations import ExtractionSummary, TurnStage
 from uac.streams.log import FactLog, FileFactLog
-from uac.streams.observations import parse_line
+from uac.streams.observations import decode_line, parse_observation
 from uac.streams.rejects import JsonlRejectStore, Reject, RejectStore
 
 log = logging.getLogger(__name__)
@@ -46,6 +48,8 @@ class IngestSummary:
     rule_failures: int = 0
     users: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    extraction: ExtractionSummary | None = None
+    """Set when the input held conversation turns."""
 
     def add(self, run: CheckpointSummary) -> None:
         self.windows += run.windows
@@ -66,11 +70,13 @@ class EmbeddedPipeline:
 
     def __init__(self, settings: Settings, *, rules: Sequence[Rule] | None = None,
                  log: FactLog | None = None, store: StateStore | None = None,
-                 rejects: RejectStore | None = None, metrics: Metrics | None = None) -> None:
+                 rejects: RejectStore | None = None, metrics: Metrics | None = None,
+                 turns: TurnStage | None = None) -> None:
         self.settings = settings
         self.rules = tuple(default_rules() if rules is None else rules)
         self.metrics = metrics or Metrics()
         self._log, self._store, self._rejects = log, store, rejects
+        self._turns = turns
         self._checkpointer: Checkpointer | None = None
         self._policy = WindowPolicy(settings.window_facts, settings.window_span)
         self._next_window = 0
@@ -113,6 +119,8 @@ class EmbeddedPipeline:
         for part in (self._log, self._rejects, self._store):
             if part is not None:
                 part.close()
+        if self._turns is not None:
+            self._turns.ledger.close()
 
     def __enter__(self) -> EmbeddedPipeline:
         return self.start()
@@ -141,10 +149,20 @@ class EmbeddedPipeline:
         assert self._checkpointer is not None, "pipeline not started"
         return self._checkpointer
 
+    @property
+    def turn_stage(self) -> TurnStage:
+        """The extraction stage (built from the settings on first use: litellm loads then)."""
+        if self._turns is None:
+            from uac.streams.extraction_setup import turn_stage_from
+
+            self._turns = turn_stage_from(self.settings, self.metrics)
+        return self._turns
+
     # -- ingest --------------------------------------------------------------------------------
     def ingest_lines(self, lines: Iterable[bytes | str], source: str = "<input>",
                      progress: Callable[[int], None] | None = None) -> IngestSummary:
-        """Ingest observation lines (JSON Lines); bad lines are rejected with their reason."""
+        """Ingest JSON Lines of observations, ticks and conversation turns; a bad line is
+        rejected with its reason and the others go on."""
         summary = IngestSummary()
         chunk: list[Fact | Tick] = []
         for number, line in enumerate(lines, start=1):
@@ -152,11 +170,15 @@ class EmbeddedPipeline:
             self.metrics.records_in.labels("ingest.parse").inc()
             where = f"{source}:{number}"
             try:
-                record = parse_line(line, where)
+                data = decode_line(line, where)
+                record = None if data is None else (
+                    parse_turn(data, where) if is_turn(data) else parse_observation(data, where))
             except ValidationError as exc:
                 self._reject("ingest.parse", where, exc.reason, line, summary)
                 continue
-            if record is not None:
+            if isinstance(record, Turn):
+                chunk = self._take_turn(record, chunk, summary)
+            elif record is not None:
                 chunk.append(record)
             if len(chunk) >= CHUNK_LINES:
                 self._ingest_chunk(chunk, summary, final=False)
@@ -164,7 +186,45 @@ class EmbeddedPipeline:
             if progress is not None:
                 progress(1)
         self._ingest_chunk(chunk, summary, final=True)
+        if self._turns is not None:
+            self._extract_windows(self._turns.flush(), summary)
         return summary
+
+    def ingest_turns(self, turns: Iterable[Turn],
+                     progress: Callable[[int], None] | None = None) -> IngestSummary:
+        """Ingest conversation turns (library use): extracted in windows, facts appended."""
+        summary = IngestSummary()
+        for turn in turns:
+            self._take_turn(turn, [], summary)
+            if progress is not None:
+                progress(1)
+        self._extract_windows(self.turn_stage.flush(), summary)
+        return summary
+
+    def _take_turn(self, turn: Turn, chunk: list[Fact | Tick],
+                   summary: IngestSummary) -> list[Fact | Tick]:
+        stage = self.turn_stage
+        summary.extraction = stage.summary
+        closed = stage.add(turn)
+        if closed:
+            if chunk:  # observations before this turn go first
+                self._ingest_chunk(chunk, summary, final=False)
+            self._extract_windows(closed, summary)
+            return []
+        return chunk
+
+    def _extract_windows(self, windows: list[list[Turn]], summary: IngestSummary) -> None:
+        """Extract each window, append its facts and a tick at its last turn, then mark it done."""
+        stage = self.turn_stage
+        for turns in windows:
+            result = stage.extract(turns, self.checkpointer.user_state(turns[0].user_id))
+            for reject in result.rejects:
+                self._keep_reject(reject, summary)
+            last = max(t.timestamp for t in turns)
+            self._ingest_chunk([*result.facts, Tick(last)], summary, final=True)
+            stage.done(result)
+        if windows or summary.extraction is None:
+            summary.extraction = stage.summary
 
     def ingest(self, records: Iterable[Fact | Tick]) -> IngestSummary:
         """Ingest already-built facts and ticks (library use)."""
@@ -179,12 +239,15 @@ class EmbeddedPipeline:
     def _reject(self, step_id: str, where: str, reason: str, payload: bytes | str,
                 summary: IngestSummary) -> None:
         text = payload.decode("utf-8", "replace") if isinstance(payload, bytes) else payload
-        self.rejects.add(Reject(step_id, where, reason, text.rstrip("\n")[:65536]))
-        self.metrics.rejects.labels(step_id).inc()
+        self._keep_reject(Reject(step_id, where, reason, text.rstrip("\n")[:65536]), summary)
+
+    def _keep_reject(self, reject: Reject, summary: IngestSummary) -> None:
+        self.rejects.add(reject)
+        self.metrics.rejects.labels(reject.step_id).inc()
         summary.rejected += 1
         if len(summary.errors) < 100:
-            summary.errors.append(f"{where}: {reason}")
-        log.warning("[%s] rejected %s: %s", step_id, where, reason)
+            summary.errors.append(f"{reject.source}: {reject.reason}")
+        log.warning("[%s] rejected %s: %s", reject.step_id, reject.source, reject.reason)
 
     def _advance_watermark(self, records: Iterable[LogRecord]) -> None:
         for record in records:

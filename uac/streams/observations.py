@@ -96,6 +96,12 @@ def parse_observation(data: Any, where: str) -> Fact | Tick:
 
 def parse_line(line: bytes | str, where: str) -> Fact | Tick | None:
     """Parse one JSON Lines line (blank lines and ``#`` comments give None)."""
+    data = decode_line(line, where)
+    return None if data is None else parse_observation(data, where)
+
+
+def decode_line(line: bytes | str, where: str) -> Any:
+    """One JSON Lines line decoded (None for a blank line or a ``#`` comment)."""
     if len(line) > MAX_LINE_BYTES:
         raise ValidationError(f"line is longer than {MAX_LINE_BYTES} bytes", where=where)
     text = line.strip()
@@ -105,4 +111,4 @@ def parse_line(line: bytes | str, where: str) -> Fact | Tick | None:
         data = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
         raise ValidationError(f"not valid JSON ({exc})", where=where) from None
-    return parse_observation(data, where)
+    return data

@@ -1,0 +1,1 @@
+"""Facts from conversations: prompts, model calls, validation, the offline model."""
