@@ -8,10 +8,11 @@ One run measures, in order:
    default adapters and with the in-memory ones, and a full rebuild per new
    fact (the prototype's approach) at 10k facts of history;
 3. aggregate query latency over one user's 100,000 records;
-4. replay of a 1,000,000-fact log end to end, and its peak memory.
+4. replay of a 1,000,000-fact log end to end, and its peak memory;
+5. the extraction stage over the LoCoMo conversations with the offline model.
 
 Options: ``--quick`` (smaller sizes, for development; writes
-``results-quick.json``), ``--only fold,checkpoint,query,replay``,
+``results-quick.json``), ``--only fold,checkpoint,query,replay,extract``,
 ``--replay-timeout S``, ``--no-cache`` (regenerate the cached logs),
 ``--strict`` (exit 1 if a target fails). Generated logs are cached in
 ``benchmarks/.cache`` (keyed by the generator's and uac's codec source).
@@ -32,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks import bench_checkpoint, bench_fold, bench_query, bench_replay
+from benchmarks import bench_checkpoint, bench_extract, bench_fold, bench_query, bench_replay
 from benchmarks.config import Config
 from benchmarks.harness import Figure, cpu_counters, machine_info, render_table, settle, steal_share
 
@@ -42,6 +43,7 @@ BENCHES: dict[str, Callable[[Config], list[Figure]]] = {
     "checkpoint": bench_checkpoint.run,
     "query": bench_query.run,
     "replay": bench_replay.run,
+    "extract": bench_extract.run,
 }
 METHOD = {
     "timing": "time.perf_counter; garbage collected before each timed call/phase; medians of the "
@@ -54,6 +56,7 @@ METHOD = {
     "checkpoint": bench_checkpoint.__doc__,
     "query": bench_query.__doc__,
     "replay": bench_replay.__doc__,
+    "extract": bench_extract.__doc__,
 }
 
 

@@ -33,3 +33,25 @@ def settings(settings_factory: Callable[..., Settings]) -> Settings:
 @pytest.fixture
 def demo_path() -> Path:
     return DEMO
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def shared_data(name: str) -> Path | None:
+    """A third-party data set: $UAC_SHARED_DATA/NAME, else ../shared/data/NAME next to the
+    repository (or next to the machine's working copy, for a clone elsewhere)."""
+    bases = [os.environ.get("UAC_SHARED_DATA"), ROOT.parent / "shared" / "data",
+             Path("/work/shared/data")]
+    for base in bases:
+        if base and (Path(base) / name).is_dir():
+            return Path(base) / name
+    return None
+
+
+@pytest.fixture(scope="session")
+def locomo_dir() -> Path:
+    found = shared_data("locomo")
+    if found is None:
+        pytest.skip("LoCoMo data not found: set UAC_SHARED_DATA to the directory holding locomo/")
+    return found

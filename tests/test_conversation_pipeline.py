@@ -150,3 +150,29 @@ def test_observations_turns_and_bad_lines_mix_in_one_file(tmp_path: Path,
     assert summary.errors[0].startswith("mixed.jsonl:5")
     types = sorted(v.entity_type for v in api.state("maya", settings=settings))
     assert types == ["allergy", "allergy", "passport"]
+
+
+EXAMPLES = Path(api.__file__).parent / "examples"
+
+
+def history(settings: Settings) -> list[tuple[str, str, str, str]]:
+    return [(e.at.isoformat(), e.kind.value, e.alert.alert_id, e.alert.message)
+            for e in api.alert_events("maya", settings=settings)]
+
+
+def test_the_demo_conversation_raises_the_same_alerts_as_the_observations(tmp_path: Path) -> None:
+    """The offline model, through litellm, over the bundled chat: the demo's whole alert history."""
+    chat = Settings(data_dir=tmp_path / "chat")
+    summary = api.ingest(EXAMPLES / "demo_conversation.jsonl", settings=chat)
+    assert summary.rejected == 0
+    assert summary.extraction is not None and summary.extraction.windows_failed == 0
+    observed = Settings(data_dir=tmp_path / "observations")
+    api.ingest(EXAMPLES / "demo.jsonl", settings=observed)
+    expected = history(observed)
+    assert len(expected) == 10
+    assert history(chat) == expected
+    rules = {a.rule_id for a in api.alerts("maya", settings=chat)}
+    assert {"drug_allergy", "passport_validity", "deadline_approaching",
+            "payment_destination_conflict", "spending_limit"} <= rules
+    sources = {s for a in api.alerts("maya", settings=chat) for s in a.evidence.sources}
+    assert sources and all(s.startswith("s") and "-t" in s for s in sources)  # turn ids

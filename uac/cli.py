@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -39,12 +40,16 @@ from uac.streams.conversations import ExtractionSummary
 def main(ctx: click.Context, data_dir: Path, lock_timeout: float, verbose: int) -> None:
     """uac: executable memory for personalized AI agents.
 
-    Observations go in (uac ingest); they become facts on an append-only log,
-    are folded into typed user state in checkpoint windows, and rules over that
-    state raise alerts nobody had to ask for. Read it back exactly:
+    Conversation turns and observations go in (uac ingest); a model (any
+    litellm model, or the built-in offline one) extracts typed facts from the
+    turns; facts go on an append-only log, are folded into typed user state in
+    checkpoint windows, and rules over that state raise alerts nobody had to ask
+    for. Read it back exactly:
 
     \b
-      uac ingest observations.jsonl      append and fold (idempotent)
+      uac ingest chat.jsonl              extract, append and fold (idempotent)
+      uac ingest --format locomo 26.json a LoCoMo conversation, each speaker a user
+      uac usage                          model calls, tokens and cost per user
       uac state alice                    what the memory knows now
       uac facts alice                    every fact, its provenance and status
       uac alerts alice                   open and resolved alerts, with evidence
@@ -98,9 +103,9 @@ def ingest(ctx: click.Context, files: tuple[Path, ...], window_facts: int | None
     hours, see UAC_EXTRACT_WINDOW_*), one model call per window. The model is any litellm
     model (--model / UAC_MODEL, with UAC_API_KEY and --api-base); without one, the built-in
     offline model runs: deterministic, no network, it understands only the plain
-    first-person statements listed in the README ("Offline model"), e.g. "I'm allergic to
-    penicillin", "I booked a trip to Tokyo from October 5 to October 19", "actually it's
-    the 14th, not the 12th".
+    first-person statements `uac offline` lists, e.g. "I'm allergic to penicillin", "I
+    booked a trip to Tokyo from October 5 to October 19", "actually it's the 14th, not
+    the 12th".
 
     Bad lines, answers that do not validate and calls that keep failing are reported,
     kept in the reject store (uac rejects) with their reason, and do not stop the rest.
@@ -124,7 +129,7 @@ def ingest(ctx: click.Context, files: tuple[Path, ...], window_facts: int | None
     rejected = sum(r.rejected for _, r in results)
     if as_json:
         emit_json([{"file": str(p), **vars(r),
-                    "extraction": vars(r.extraction) if r.extraction else None}
+                    "extraction": asdict(r.extraction) if r.extraction else None}
                    for p, r in results])
     else:
         for path, r in results:
@@ -151,6 +156,26 @@ def _echo_extraction(x: ExtractionSummary, model: str) -> None:
 
 
 @main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the forms as JSON.")
+def offline(as_json: bool) -> None:
+    """What the built-in offline model understands (it runs when no UAC_MODEL is set).
+
+    A deterministic, rule-based extractor for demos and tests, registered as a litellm
+    custom provider (uac-offline/rules-v1) so the same prompt, call, parse and validation
+    run as with a hosted model. It reads only plain first-person statements of the forms
+    below, with relative dates resolved against the turn's time, and skips negations,
+    other people, questions, hypotheticals and text addressed to the extractor.
+    """
+    from uac.extraction.offline_rules import OFFLINE_FORMS
+
+    if as_json:
+        emit_json([{"domain": d, "example": e} for d, e in OFFLINE_FORMS])
+        return
+    for domain, example in OFFLINE_FORMS:
+        click.echo(f"{domain:<12} {example}")
+
+
+@main.command()
 @click.argument("user", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print the totals as JSON.")
 @click.pass_context
@@ -162,7 +187,7 @@ def usage(ctx: click.Context, user: str | None, as_json: bool) -> None:
     """
     totals = api.usage(settings=settings_of(ctx), user_id=user)
     if as_json:
-        emit_json([{"user": u, "model": m, **vars(t)} for (u, m), t in totals.items()])
+        emit_json([{"user": u, "model": m, **asdict(t)} for (u, m), t in totals.items()])
         return
     if not totals:
         click.echo("no model calls recorded" + (f" for {user}" if user else ""))

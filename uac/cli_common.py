@@ -18,7 +18,8 @@ from uac.errors import UacError
 from uac.settings import Settings
 
 F = TypeVar("F", bound=Callable[..., Any])
-EXAMPLE = Path(__file__).parent / "examples" / "demo.jsonl"
+EXAMPLE = Path(__file__).parent / "examples" / "demo_conversation.jsonl"
+EXAMPLE_OBSERVATIONS = Path(__file__).parent / "examples" / "demo.jsonl"
 
 
 def _default(value: Any) -> Any:

@@ -11,7 +11,15 @@ import click
 
 from uac import api
 from uac.checkpointer.records import EntityRow
-from uac.cli_common import EXAMPLE, _time, emit_json, handle_errors, progress_bar, settings_of
+from uac.cli_common import (
+    EXAMPLE,
+    EXAMPLE_OBSERVATIONS,
+    _time,
+    emit_json,
+    handle_errors,
+    progress_bar,
+    settings_of,
+)
 from uac.domains.catalog import entity_types
 from uac.domains.facts import iso
 from uac.executor.alerts import Alert, AlertStatus
@@ -244,18 +252,31 @@ def catalog(as_json: bool) -> None:
 
 @click.command()
 @click.option("--user", default="maya", show_default=True, help="The example user.")
+@click.option("--observations", is_flag=True,
+              help="Ingest the same story as structured observations instead of a conversation.")
 @click.pass_context
 @handle_errors
-def demo(ctx: click.Context, user: str) -> None:
-    """Ingest the bundled example history into --data-dir (emptied first) and show what
-    the memory knows and which alerts it raised."""
+def demo(ctx: click.Context, user: str, observations: bool) -> None:
+    """Replay the bundled example into --data-dir (emptied first) and show what the memory
+    knows and which alerts it raised.
+
+    The example is seven months of one user's chat sessions (uac/examples/
+    demo_conversation.jsonl): the extraction model (the offline one unless UAC_MODEL is
+    set) turns them into facts, the fold makes state, rules raise and resolve alerts.
+    --observations replays the same story as structured observations (demo.jsonl).
+    """
     settings = settings_of(ctx)
+    example = EXAMPLE_OBSERVATIONS if observations else EXAMPLE
     if settings.data_dir.exists():
         shutil.rmtree(settings.data_dir)
-    click.echo(f"== ingest {EXAMPLE.name} into {settings.data_dir}")
-    result = api.ingest(EXAMPLE, settings=settings)
+    click.echo(f"== ingest {example.name} into {settings.data_dir}")
+    result = api.ingest(example, settings=settings)
     click.echo(f"{result.lines} lines, {result.appended} facts, {result.windows} windows, "
                f"{result.raised} alerts raised, {result.resolved} resolved")
+    if result.extraction is not None:
+        x = result.extraction
+        click.echo(f"extraction ({settings.model_name}): {x.turns} turns in {x.windows} windows, "
+                   f"{x.model_calls} model calls, {x.facts} facts")
     click.echo(f"\n== what the memory knows about {user}")
     _print_state(user, api.state(user, settings=settings))
     click.echo(f"\n== alert history of {user}")

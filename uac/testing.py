@@ -21,6 +21,10 @@ includes later updates of earlier entities, stale values that must lose,
 implementation of the documented contradiction rule (it does not use the
 fold), to compute expected answers from the observations themselves.
 
+:class:`FakeChatServer` (with :class:`Reply`) is a scripted OpenAI-compatible chat server on
+127.0.0.1 for testing extraction without a provider: point ``UAC_MODEL=openai/<name>`` and
+``UAC_API_BASE`` at ``server.base_url``.
+
 Everything here uses fixed dates: nothing reads the wall clock.
 """
 
@@ -40,11 +44,12 @@ from uac import api
 from uac.domains.catalog import get_type, validate_attributes
 from uac.domains.facts import to_utc
 from uac.errors import ValidationError
+from uac.extraction.fake_server import FakeChatServer, Reply
 from uac.settings import Settings
 
 __all__ = [
-    "Observation", "expected_entities", "generate_history", "memory", "observation_lines",
-    "write_jsonl",
+    "FakeChatServer", "Observation", "Reply", "expected_entities", "generate_history", "memory",
+    "observation_lines", "write_jsonl",
 ]
 
 Observation: TypeAlias = dict[str, Any]

@@ -104,14 +104,18 @@ def validate_facts(raw_facts: Sequence[Any], window: Window, source: str
     rejects: list[FactReject] = []
     for index, raw in enumerate(raw_facts):
         try:
-            facts.append(validate_fact(raw, window, source, f"fact {index}"))
+            facts.append(validate_fact(raw, window, source, f"fact {index}", index))
         except ValidationError as exc:
             rejects.append(FactReject(index, exc.reason, raw))
     return facts, rejects
 
 
-def validate_fact(raw: Any, window: Window, source: str, where: str) -> Fact:
-    """One raw fact, checked field by field; raises :class:`ValidationError` with the reason."""
+def validate_fact(raw: Any, window: Window, source: str, where: str, index: int = 0) -> Fact:
+    """One raw fact, checked field by field; raises :class:`ValidationError` with the reason.
+
+    A new entity of a type without a natural key (a transaction) gets an id from its turn and
+    its position in the answer, so two of them from one turn stay two entities.
+    """
     if not isinstance(raw, Mapping):
         raise ValidationError("a fact must be a JSON object", where=where)
     unknown = sorted(set(raw) - FACT_KEYS)
@@ -135,7 +139,8 @@ def validate_fact(raw: Any, window: Window, source: str, where: str) -> Fact:
         raise ValidationError("a retraction needs 'id' or the key attributes", where=where)
     return make_fact(
         user_id=window.user_id, entity_type=etype,
-        entity_id=entity_id.strip() if entity_id else derive_entity_id(etype, attrs, cited[0].turn_id),
+        entity_id=entity_id.strip() if entity_id else derive_entity_id(
+            etype, attrs, f"{cited[0].turn_id}#{index}"),
         op=op, attributes=attrs, valid_time=valid, observed_time=observed,
         confidence=_confidence(raw.get("confidence", DEFAULT_CONFIDENCE), where),
         provenance=tuple(sorted({t.turn_id for t in cited})),

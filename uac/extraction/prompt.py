@@ -78,14 +78,15 @@ def system_prompt() -> str:
 
 
 def manifest_of(state: UserState | None, limit: int = MANIFEST_LIMIT) -> list[dict[str, JsonValue]]:
-    """A compact index of what memory holds: the ``limit`` most recently observed entities."""
+    """A compact index of what memory holds: the ``limit`` most recently observed entities,
+    oldest first (the last entry is the most recent)."""
     if state is None:
         return []
     live = [s for s in state.entities.values() if s.exists]
     live.sort(key=lambda s: (max(f.observed_time for f in s.winners.values()),
-                             s.entity_type, s.entity_id), reverse=True)
+                             s.entity_type, s.entity_id))
     out: list[dict[str, JsonValue]] = []
-    for entity in sorted(live[:limit], key=lambda s: (s.entity_type, s.entity_id)):
+    for entity in live[-limit:] if limit > 0 else []:
         out.append({"type": entity.entity_type, "id": entity.entity_id,
                     "attributes": entity.attributes, "facts": list(entity.live_fact_ids())})
     return out

@@ -178,6 +178,10 @@ class EmbeddedPipeline:
                 continue
             if isinstance(record, Turn):
                 chunk = self._take_turn(record, chunk, summary)
+            elif isinstance(record, Tick) and self._turns is not None and self._turns.windows.pending:
+                self._ingest_chunk(chunk, summary, final=False)  # turns before a tick go first
+                self._extract_windows(self._turns.flush(), summary)
+                chunk = [record]
             elif record is not None:
                 chunk.append(record)
             if len(chunk) >= CHUNK_LINES:
