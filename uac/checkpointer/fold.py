@@ -135,17 +135,20 @@ def _fold_window(
     states: dict[str, UserState], facts: Iterable[Fact]
 ) -> dict[str, list[EntityChange]]:
     before: dict[str, dict[EntityKey, _Fingerprint]] = {}
+    state_of, seen_of = states.get, before.get
     for fact in facts:
         user_id = fact.user_id
-        user = states.get(user_id)
+        user = state_of(user_id)
         if user is None:
             user = states[user_id] = UserState(user_id)
-        seen = before.get(user_id)
+        seen = seen_of(user_id)
         if seen is None:
             seen = before[user_id] = {}
         key = (fact.entity_type, fact.entity_id)
         if key not in seen:
-            seen[key] = _fingerprint(user.entities.get(key))
+            entity = user.entities.get(key)  # _fingerprint, inlined: this loop is the hot path
+            seen[key] = (True, dict(entity.winners)) if entity is not None and entity.exists \
+                else _ABSENT
         if fact.supersedes:  # a supersession may change other entities too
             for other in user.entities_citing(fact.supersedes):
                 seen.setdefault((other.entity_type, other.entity_id), _fingerprint(other))
@@ -159,7 +162,7 @@ def _classify(user: UserState, seen: dict[EntityKey, _Fingerprint]) -> list[Enti
                                           ChangeKind.UPDATED, ChangeKind.HISTORY)
     entities = user.entities
     out = []
-    for key, (existed, values) in sorted(seen.items()):
+    for key, (existed, values) in sorted(seen.items()) if len(seen) > 1 else seen.items():
         entity = entities.get(key)
         exists = entity is not None and entity.exists
         if exists != existed:
