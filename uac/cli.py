@@ -23,6 +23,7 @@ from uac.cli_common import (
     progress_bar,
     settings_of,
 )
+from uac.cli_kafka import topics
 from uac.cli_read import register
 from uac.domains.facts import iso
 from uac.settings import Settings
@@ -221,6 +222,7 @@ def tick(ctx: click.Context, at: datetime | None, as_json: bool) -> None:
 
 
 register(main)
+main.add_command(topics)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -78,3 +78,16 @@ class ModelError(ExtractionError):
         super().__init__(message, step_id=step_id)
         self.retriable = retriable
         self.status = status
+
+
+class BrokerError(UacError):
+    """A test Kafka broker (uac.streams.testbroker) could not be started, reached or stopped."""
+
+
+class CodecError(UacError):
+    """Bytes that cannot be decoded (not Avro, wrong magic byte, unknown schema id, a body that
+    does not parse) or a record that cannot be encoded; ``reason`` says what was wrong."""
+
+    def __init__(self, reason: str, *, step_id: str | None = None) -> None:
+        super().__init__(reason, step_id=step_id)
+        self.reason = reason

@@ -65,6 +65,15 @@ class Settings(BaseSettings):
         default=timedelta(hours=6),
         description="... spanning at most this much event time; a new session also closes it.")
 
+    kafka_bootstrap: str = Field(
+        default="127.0.0.1:9092", description="Kafka bootstrap servers (host:port, comma-separated).")
+    kafka_partitions: int = Field(
+        default=8, ge=1, description="Partitions of every uac topic (they are co-partitioned).")
+    kafka_replication: int = Field(default=1, ge=1, description="Replication factor of uac topics.")
+    topic_prefix: str = Field(
+        default="", pattern=r"^[A-Za-z0-9._-]*$",
+        description="Prefix of every topic name (e.g. 'staging-' for 'staging-uac.facts').")
+
     @property
     def model_name(self) -> str:
         """The model extraction uses: ``model``, or the offline one."""
