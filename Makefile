@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: help install demo test test-fast lint bench clean
+.PHONY: help install demo test test-fast test-kafka broker-jars lint bench clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -26,8 +26,14 @@ test: $(STAMP) ## Run lint and the whole test suite (what CI runs)
 	$(MAKE) lint
 	$(BIN)/pytest -q
 
-test-fast: $(STAMP) ## Run the tests not marked slow
-	$(BIN)/pytest -q -m "not slow"
+test-fast: $(STAMP) ## Run the tests not marked slow or kafka
+	$(BIN)/pytest -q -m "not slow and not kafka"
+
+test-kafka: $(STAMP) ## Run only the tests on the real Kafka broker (Java 17 + Maven)
+	$(BIN)/pytest -q -m kafka
+
+broker-jars: $(STAMP) ## Fetch the Kafka broker jars with Maven into deploy/kafka/.jars
+	$(BIN)/python -c "from uac.streams.testbroker import *; print(resolve_jars(DEFAULT_POM, DEFAULT_JAR_CACHE))"
 
 lint: $(STAMP) ## ruff + mypy (strict on uac/)
 	$(BIN)/ruff check uac tests benchmarks

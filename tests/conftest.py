@@ -12,6 +12,8 @@ from uac.settings import Settings
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+pytest_plugins = ["tests.conftest_kafka"]  # the real broker, once per session (kafka marker)
+
 DEMO = Path(__file__).resolve().parent.parent / "uac" / "examples" / "demo.jsonl"
 
 
