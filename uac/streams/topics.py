@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote, unquote
 
 from uac.errors import UacError
 
@@ -138,3 +139,34 @@ async def _configs(admin: Any, names: list[str]) -> dict[str, dict[str, str]]:
             name, entries = resource[3], resource[4]
             out[name] = {entry[0]: entry[1] for entry in entries}
     return out
+
+
+# -- keys and partitions: every topic is partitioned by the user id alone ----------------------------
+# A key starts with the user id, percent-encoded so that a "/" in it cannot shift the other parts.
+def user_key(user_id: str) -> bytes:
+    """The key of turns, observations, state changes, alerts and DLQ records."""
+    return quote(user_id, safe="").encode()
+
+
+def partition_for(user_id: str, partitions: int) -> int:
+    """The partition of a user on every uac topic: Kafka's default partitioner (murmur2, as the
+    Java client computes it) over :func:`user_key`, so a record keyed by the user lands there too."""
+    from aiokafka.partitioner import murmur2
+
+    return int((murmur2(user_key(user_id)) & 0x7FFFFFFF) % partitions)
+
+
+def fact_key(user_id: str, fact_id: str) -> bytes:
+    """The key of ``uac.facts`` (compaction keeps one record per fact)."""
+    return user_key(user_id) + b"/" + fact_id.encode()
+
+
+def state_key(user_id: str, entity_type: str, entity_id: str) -> bytes:
+    """The key of ``uac.state`` (compaction keeps each entity's latest version)."""
+    return b"/".join((user_key(user_id), quote(entity_type, safe="").encode(),
+                      quote(entity_id, safe="").encode()))
+
+
+def user_of_key(key: bytes) -> str:
+    """The user id a record key starts with (every uac key does)."""
+    return unquote(key.decode("utf-8", "replace").split("/", 1)[0])
