@@ -218,14 +218,18 @@ class EmbeddedPipeline:
         return chunk
 
     def _extract_windows(self, windows: list[list[Turn]], summary: IngestSummary) -> None:
-        """Extract each window, append its facts and a tick at its last turn, then mark it done."""
+        """Extract each window, append its facts and a tick at its last turn (when it has facts or
+        starts a new day: a tick within the same day would change nothing), then mark it done."""
         stage = self.turn_stage
         for turns in windows:
             result = stage.extract(turns, self.checkpointer.user_state(turns[0].user_id))
             for reject in result.rejects:
                 self._keep_reject(reject, summary)
             last = max(t.timestamp for t in turns)
-            self._ingest_chunk([*result.facts, Tick(last)], summary, final=True)
+            records: list[Fact | Tick] = list(result.facts)
+            if records or self._watermark is None or last.date() > self._watermark.date():
+                records.append(Tick(last))  # event time follows the conversation (a new day)
+            self._ingest_chunk(records, summary, final=True)
             stage.done(result)
         if windows or summary.extraction is None:
             summary.extraction = stage.summary
