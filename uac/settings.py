@@ -16,7 +16,8 @@ class Settings(BaseSettings):
     1000
     """
 
-    model_config = SettingsConfigDict(env_prefix="UAC_", frozen=True, extra="forbid")
+    model_config = SettingsConfigDict(env_prefix="UAC_", frozen=True, extra="forbid",
+                                      env_ignore_empty=True)
 
     data_dir: Path = Field(
         default=Path(".uac"), description="Directory holding the fact log, rejects and state."
