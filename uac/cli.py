@@ -25,6 +25,7 @@ from uac.cli_common import (
 )
 from uac.cli_kafka import topics
 from uac.cli_read import register
+from uac.cli_worker import worker
 from uac.domains.facts import iso
 from uac.settings import Settings
 from uac.streams.conversations import ExtractionSummary
@@ -223,6 +224,7 @@ def tick(ctx: click.Context, at: datetime | None, as_json: bool) -> None:
 
 register(main)
 main.add_command(topics)
+main.add_command(worker)
 
 
 if __name__ == "__main__":  # pragma: no cover

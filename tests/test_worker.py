@@ -1,0 +1,359 @@
+"""The Kafka worker (faust app) as a real subprocess against the real broker: turns and observations
+in, facts and dead letters out; the same facts as the extraction stage computes in-process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from uac.domains.facts import Fact, Tick, to_utc
+from uac.extraction.extractor import Extractor
+from uac.extraction.model import OFFLINE_MODEL, LiteLLMModel
+from uac.extraction.turns import Turn, is_turn, parse_turn
+from uac.extraction.windows import TurnWindows
+from uac.settings import Settings
+from uac.streams.avro import AvroCodec, DeadLetter
+from uac.streams.topics import ensure_topics, partition_for, user_key
+from uac.streams.worker import window_policy
+
+DEMO = Path(__file__).resolve().parent.parent / "uac" / "examples" / "demo_conversation.jsonl"
+PARTITIONS = 4
+IDLE = 1.0
+
+
+def demo() -> tuple[list[Turn], datetime]:
+    """The demo conversation's turns and its final clock tick."""
+    turns, ticks = [], []
+    for n, line in enumerate(DEMO.read_text().splitlines(), 1):
+        if line.strip() and not line.startswith("#"):
+            data = json.loads(line)
+            if is_turn(data):
+                turns.append(parse_turn(data, f"line {n}"))
+            else:
+                ticks.append(to_utc(data["tick"]))
+    assert len(ticks) == 1
+    return turns, ticks[0]
+
+
+def expected_fact_ids(turns: list[Turn]) -> set[str]:
+    """What the extraction stage makes of these turns in-process (state None, the same windows)."""
+    windows = TurnWindows(window_policy(Settings()))
+    closed = [w for t in turns for w in windows.add(t)] + windows.flush()
+    extractor = Extractor(LiteLLMModel(OFFLINE_MODEL))
+    return {f.fact_id for w in closed for f in extractor.extract(w, None).facts}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class WorkerProcess:
+    def __init__(self, bootstrap: str, prefix: str, tmp: Path) -> None:
+        self.port = free_port()
+        self.log = tmp / "worker.log"
+        env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "UAC_DATA_DIR": str(tmp / "data")}
+        env.pop("UAC_MODEL", None)
+        self._out = open(self.log, "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "from uac.cli_worker import worker; worker()",
+             "--bootstrap", bootstrap, "--partitions", str(PARTITIONS), "--prefix", prefix,
+             "--port", str(self.port), "--worker-id", "t1", "--idle-timeout", str(IDLE)],
+            stdout=self._out, stderr=subprocess.STDOUT, env=env)
+
+    def tail(self, lines: int = 60) -> str:
+        if not self._out.closed:
+            self._out.flush()
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as resp:
+            return int(resp.status), bytes(resp.read())
+
+    def wait_healthy(self, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"worker exited with {self.proc.returncode}:\n{self.tail()}")
+            try:
+                status, _body = self.get("/health")
+                if status == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"worker not healthy in time:\n{self.tail()}")
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self._out.close()
+        return int(self.proc.returncode)
+
+
+@pytest.fixture
+def worker(kafka_broker: Any, tmp_path: Path) -> Iterator[tuple[WorkerProcess, str]]:
+    prefix = f"w{uuid.uuid4().hex[:8]}-"
+    asyncio.run(ensure_topics(kafka_broker.bootstrap, partitions=PARTITIONS, prefix=prefix))
+    proc = WorkerProcess(kafka_broker.bootstrap, prefix, tmp_path)
+    started = time.monotonic()
+    try:
+        proc.wait_healthy(time.monotonic() + 60)
+        print(f"worker healthy after {time.monotonic() - started:.1f} s")
+        yield proc, prefix
+    except BaseException:
+        print(proc.tail(), file=sys.stderr)
+        raise
+    finally:
+        code = proc.stop()
+        print(f"worker exit code {code}; log tail:\n{proc.tail(15)}")
+
+
+async def produce(bootstrap: str, prefix: str, turns: list[Turn], *,
+                  raw: tuple[tuple[bytes, bytes], ...] = (), tick: datetime | None = None) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    from uac.client import UacProducer
+
+    if raw:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+        await producer.start()
+        try:
+            for key, value in raw:
+                await producer.send_and_wait(prefix + "uac.turns", value, key=key,
+                                             partition=partition_for(key.decode(), PARTITIONS))
+        finally:
+            await producer.stop()
+    async with UacProducer(bootstrap, prefix=prefix) as client:
+        for turn in turns:
+            await client.send_turn(turn)
+        if tick is not None:
+            await client.send_tick(tick, user_id=turns[0].user_id)
+
+
+async def wait_committed(bootstrap: str, group: str, topic: str, partition: int, target: int,
+                         timeout: float = 30) -> int | None:
+    """The group's committed offset of topic[partition], polled until it reaches ``target``."""
+    from aiokafka import TopicPartition
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    found = None
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            offsets = await admin.list_consumer_group_offsets(group)
+            meta = offsets.get(TopicPartition(topic, partition))
+            found = None if meta is None else meta.offset
+            if found is not None and found >= target:
+                break
+            await asyncio.sleep(0.5)
+    finally:
+        await admin.close()
+    return found
+
+
+async def consume(bootstrap: str, topic: str, done: Any, timeout: float) -> list[Any]:
+    """Records of ``topic`` (decoded), from the beginning, until ``done(records)`` or the deadline."""
+    from aiokafka import AIOKafkaConsumer
+
+    codec = AvroCodec()
+    base = topic.split("-", 1)[1]
+    out: list[Any] = []
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                                enable_auto_commit=False, group_id=None)
+    await consumer.start()
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and not done(out):
+            batch = await consumer.getmany(timeout_ms=500)
+            for records in batch.values():
+                out += [(r.key, r.partition, codec.decode(base, r.value)) for r in records]
+    finally:
+        await consumer.stop()
+    return out
+
+
+@pytest.mark.kafka
+def test_worker_extracts_the_demo_conversation(worker: tuple[WorkerProcess, str], kafka_broker: Any) -> None:
+    proc, prefix = worker
+    bootstrap = kafka_broker.bootstrap
+    turns, tick = demo()
+    expected = expected_fact_ids(turns)
+    assert len(expected) > 10
+    started = time.monotonic()
+    asyncio.run(produce(bootstrap, prefix, turns, tick=tick))
+
+    def facts_of(records: list[Any]) -> set[str]:
+        return {v.fact_id for _, _, v in records if isinstance(v, Fact)}
+
+    records = asyncio.run(consume(bootstrap, prefix + "uac.facts",
+                                  lambda out: facts_of(out) >= expected and any(
+                                      isinstance(v, Tick) and v.time == tick for *_, v in out),
+                                  timeout=60))
+    elapsed = time.monotonic() - started
+    got = facts_of(records)
+    assert got == expected, f"missing {expected - got}, extra {got - expected}\n{proc.tail()}"
+    print(f"{len(turns)} turns -> {len(got)} facts in {elapsed:.1f} s")
+    part = partition_for("maya", PARTITIONS)
+    for key, partition, value in records:
+        assert partition == part
+        assert key.startswith(user_key("maya") + b"/")
+        if isinstance(value, Fact):
+            assert key == user_key("maya") + b"/" + value.fact_id.encode()
+    ticks = {v.time for _, _, v in records if isinstance(v, Tick)}
+    assert max(t.timestamp for t in turns) in ticks  # a tick at each window's last turn
+    assert tick in ticks  # the observation tick, passed on
+
+    committed = asyncio.run(wait_committed(bootstrap, f"{prefix}uac", prefix + "uac.turns", part, len(turns)))
+    assert committed == len(turns), proc.tail()  # every turn's window is out: all committed
+
+    status, body = proc.get("/metrics")
+    assert status == 200
+    text = body.decode()
+    assert f"uac_facts_appended_total {float(len(got))}" in text
+    assert 'uac_records_in_total{step_id="extract.turns"} ' + f"{float(len(turns))}" in text
+    assert "uac_model_calls_total" in text
+    status, body = proc.get("/health")
+    assert status == 200 and json.loads(body)["status"] == "ok"
+
+
+@pytest.mark.kafka
+def test_poison_turn_goes_to_the_dlq_and_processing_continues(
+        worker: tuple[WorkerProcess, str], kafka_broker: Any) -> None:
+    proc, prefix = worker
+    bootstrap = kafka_broker.bootstrap
+    good = parse_turn({"user": "ana", "conversation": "c", "turn_id": "t1", "role": "user",
+                       "text": "I'm allergic to penicillin.", "timestamp": "2025-01-15T09:30:00Z"}, "t")
+    expected = expected_fact_ids([good])
+    assert expected
+    asyncio.run(produce(bootstrap, prefix, [good], raw=((user_key("ana"), b"not avro"),)))
+
+    letters = asyncio.run(consume(bootstrap, prefix + "uac.dlq", lambda out: len(out) >= 1, timeout=60))
+    assert len(letters) == 1, proc.tail()
+    key, partition, letter = letters[0]
+    assert isinstance(letter, DeadLetter)
+    assert letter.step_id == "worker.decode"
+    assert letter.source_topic == prefix + "uac.turns"
+    assert letter.source_partition == partition_for("ana", PARTITIONS) == partition
+    assert letter.source_offset == 0
+    assert letter.payload == b"not avro"
+    assert "magic byte" in letter.reason or "Avro" in letter.reason
+    assert key == user_key("ana")
+
+    records = asyncio.run(consume(bootstrap, prefix + "uac.facts",
+                                  lambda out: {v.fact_id for *_, v in out if isinstance(v, Fact)} >= expected,
+                                  timeout=60))
+    assert {v.fact_id for *_, v in records if isinstance(v, Fact)} == expected, proc.tail()
+    _status, body = proc.get("/metrics")
+    assert 'uac_rejects_total{step_id="worker.decode"} 1.0' in body.decode()
+
+
+# -- the agent alone (no broker): acks only after the outputs are written -----------------------------
+
+class FakeOut:
+    """A ``send`` that records what was sent and resolves each send when told to."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes | None, Any, int]] = []
+        self.futures: list[asyncio.Future[None]] = []
+        self.codec = AvroCodec()
+
+    async def __call__(self, topic: str, key: bytes | None, value: bytes, partition: int) -> Any:
+        base = topic.split("-", 1)[1] if "-" in topic.split(".")[0] else topic
+        self.sent.append((topic, key, self.codec.decode(base, value), partition))
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.futures.append(fut)
+        return fut
+
+    def resolve(self) -> None:
+        for fut in self.futures:
+            if not fut.done():
+                fut.set_result(None)
+
+
+def _turn(tid: str, session: str, text: str, minute: int) -> Turn:
+    return parse_turn({"user": "ana", "conversation": "c", "session": session, "turn_id": tid, "role": "user",
+                       "text": text, "timestamp": f"2025-01-15T09:{minute:02d}:00Z"}, tid)
+
+
+def test_agent_acks_turns_only_after_their_window_is_written() -> None:
+    from uac.streams.worker_extract import ExtractionAgent, Source
+
+    async def scenario() -> None:
+        out, now, acked = FakeOut(), [0.0], []
+        agent = ExtractionAgent(Extractor(LiteLLMModel(OFFLINE_MODEL)), out, partitions=PARTITIONS,
+                                prefix="p-", idle_timeout=2.0, clock=lambda: now[0], offload=False)
+        codec = AvroCodec()
+        turns = [_turn("t1", "s1", "I'm allergic to penicillin.", 0),
+                 _turn("t2", "s1", "I spent $12 on lunch at Joe's.", 1),
+                 _turn("t3", "s2", "I'm allergic to peanuts.", 30)]
+
+        async def feed(i: int) -> None:
+            value = codec.encode("uac.turns", turns[i])
+            await agent.on_turn(Source("p-uac.turns", 1, i, user_key("ana")), value, lambda: acked.append(i))
+
+        await feed(0)
+        await feed(1)
+        assert out.sent == [] and acked == [] and agent.pending == 2
+        task = asyncio.ensure_future(feed(2))  # closes the s1 window: its outputs are sent ...
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert out.sent and acked == []  # ... but not acknowledged by the broker yet: no ack
+        out.resolve()
+        await task
+        assert acked == [0, 1] and agent.pending == 1
+        assert {f.fact_id for _, _, f, _ in out.sent if isinstance(f, Fact)} == expected_fact_ids(turns[:2])
+        assert all(t == "p-uac.facts" and p == partition_for("ana", PARTITIONS) for t, _, _, p in out.sent)
+
+        now[0] = 1.0
+        assert await agent.close_idle() == 0 and acked == [0, 1]
+        now[0] = 2.5
+        closing = asyncio.ensure_future(agent.close_idle())
+        for _ in range(50):
+            await asyncio.sleep(0)
+        out.resolve()
+        assert await closing == 1
+        assert acked == [0, 1, 2] and agent.pending == 0
+
+        await feed(0)  # a rebalance drops open windows without acking (the turns are read again)
+        await agent.reset()
+        assert agent.pending == 0 and acked == [0, 1, 2]
+
+        bad: list[int] = []
+        sent = len(out.sent)
+        poison = asyncio.ensure_future(agent.on_observation(
+            Source("p-uac.observations", 3, 7, user_key("ana")), b"\x00\x00\x00\x00\x01junk",
+            lambda: bad.append(7)))
+        for _ in range(50):
+            await asyncio.sleep(0)
+        out.resolve()
+        await poison
+        assert bad == [7]
+        topic, key, letter, _ = out.sent[sent]
+        assert topic == "p-uac.dlq" and key == user_key("ana") and isinstance(letter, DeadLetter)
+        assert (letter.source_topic, letter.source_partition, letter.source_offset) == (
+            "p-uac.observations", 3, 7)
+        assert "unknown schema id 1" in letter.reason
+
+    asyncio.run(scenario())

@@ -1,0 +1,182 @@
+"""The Kafka worker: a faust-streaming app running uac's extraction agent.
+
+``uac.turns`` and ``uac.observations`` are consumed as raw bytes (keys and values) and handed to
+:class:`~uac.streams.worker_extract.ExtractionAgent`, which decodes them with the Avro codec (a
+poison record becomes a dead letter on ``uac.dlq``, and processing goes on), windows turns per user,
+extracts closed windows and produces facts and ticks to ``uac.facts``.
+
+What we take from faust, and what we do not (the design's "where faust is fragile" rule):
+
+* agents, a timer, the web server, the consumer group and its offset commits: yes;
+* windowed tables, exactly-once, RocksDB: no. Windows are ours (``TurnWindows`` per partition and
+  user), ``store="memory://"``, no tables at all, and no leader topic.
+
+Offsets: the agents iterate ``stream.noack()`` and acknowledge a record only once every output it
+causes was produced and acknowledged by the broker (see :mod:`uac.streams.worker_extract`); faust
+commits the highest *contiguous* acknowledged offset per partition, so a turn still waiting in a
+window holds the partition's commit back, and a crash or a restart reads it again. The producer uses
+``acks=all``. ``stream_wait_empty`` is off: a rebalance must not wait for windows that may stay open
+for a while; the open windows are dropped instead (their turns were never acknowledged, and faust
+seeks every partition back to its committed offset after a rebalance).
+
+Web (``web_bind``, default 127.0.0.1): ``/health`` answers ``{"status": "ok", ...}``; ``/metrics``
+is the Prometheus text of the worker's :class:`~uac.metrics.Metrics` registry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+from uac.errors import UacError
+from uac.extraction.extractor import Extractor, RetryPolicy
+from uac.extraction.model import LiteLLMModel
+from uac.extraction.windows import WindowPolicy
+from uac.metrics import Metrics
+from uac.settings import Settings
+from uac.streams.worker_extract import OBSERVATIONS, TURNS, ExtractionAgent, Source
+
+log = logging.getLogger(__name__)
+APP_ID = "uac"
+DEFAULT_WEB_PORT = 6066
+PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4"
+QUIET_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "httpx")
+"""Loggers held at WARNING: faust's worker logs at INFO, and litellm logs every call there."""
+
+
+def extractor_from(settings: Settings) -> Extractor:
+    """The extractor over ``settings.model_name`` (the offline model when none is set)."""
+    key = settings.api_key.get_secret_value() if settings.api_key is not None else None
+    model = LiteLLMModel(settings.model_name, api_base=settings.api_base, api_key=key,
+                         timeout=settings.model_timeout, response_format=settings.response_format)
+    return Extractor(model, retry=RetryPolicy(settings.model_retries, settings.model_backoff))
+
+
+def window_policy(settings: Settings) -> WindowPolicy:
+    return WindowPolicy(settings.extract_window_turns, settings.extract_window_chars,
+                        settings.extract_window_span)
+
+
+def app_id(settings: Settings) -> str:
+    """The consumer group (and faust app id): ``uac``, after the topic prefix (one group per
+    deployment sharing a cluster)."""
+    return f"{settings.topic_prefix}{APP_ID}"
+
+
+def make_app(settings: Settings, *, worker_id: str = "w1", web_port: int = DEFAULT_WEB_PORT,
+             web_bind: str = "127.0.0.1", idle_timeout: float = 2.0, metrics: Metrics | None = None,
+             extractor: Extractor | None = None, datadir: Path | None = None) -> Any:
+    """A faust app (``faust.App``) running the extraction agent (see the module docstring); it updates
+    ``metrics`` (pass one to read it in-process)."""
+    import faust
+    from prometheus_client import generate_latest
+
+    if idle_timeout <= 0:
+        raise UacError("the idle timeout must be positive")
+    prefix = settings.topic_prefix
+    metrics = metrics or Metrics()
+    datadir = datadir or settings.data_dir / "worker" / worker_id
+    datadir.mkdir(parents=True, exist_ok=True)  # faust keeps little there without tables, but wants it
+    app = faust.App(
+        app_id(settings),
+        broker=[f"kafka://{host.strip()}" for host in settings.kafka_bootstrap.split(",") if host.strip()],
+        topic_partitions=settings.kafka_partitions,
+        topic_replication_factor=settings.kafka_replication,
+        topic_disable_leader=True,
+        store="memory://",
+        autodiscover=False,
+        datadir=str(datadir),
+        consumer_auto_offset_reset="earliest",
+        producer_acks=-1,
+        stream_wait_empty=False,
+        web_enabled=True,
+        web_port=web_port,
+        web_bind=web_bind,
+        web_host=web_bind,
+    )
+
+    async def send(topic: str, key: bytes | None, value: bytes, partition: int) -> Any:
+        return await app.producer.send(topic, key, value, partition, None, None)
+
+    agent = ExtractionAgent(extractor or extractor_from(settings), send,
+                            partitions=settings.kafka_partitions, prefix=prefix,
+                            policy=window_policy(settings), metrics=metrics, idle_timeout=idle_timeout)
+
+    turns = app.topic(prefix + TURNS, key_serializer="raw", value_serializer="raw")
+    observations = app.topic(prefix + OBSERVATIONS, key_serializer="raw", value_serializer="raw")
+
+    def source(event: Any) -> Source:
+        message = event.message
+        return Source(message.topic, message.partition, message.offset, message.key)
+
+    @app.agent(turns, name="extract-turns")
+    async def extract_turns(stream: Any) -> None:
+        async for event in stream.noack().events():
+            await agent.on_turn(source(event), event.value, event.ack)
+
+    @app.agent(observations, name="extract-observations")
+    async def extract_observations(stream: Any) -> None:
+        async for event in stream.noack().events():
+            await agent.on_observation(source(event), event.value, event.ack)
+
+    @app.timer(interval=max(0.05, min(1.0, idle_timeout / 2)))  # type: ignore[untyped-decorator]
+    async def close_idle_windows() -> None:
+        closed = await agent.close_idle()
+        if closed:
+            log.info("closed %d idle extraction window(s)", closed)
+
+    @app.on_partitions_revoked.connect
+    async def on_revoked(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        await agent.reset()
+
+    @app.page("/health")
+    async def health(view: Any, request: Any) -> Any:
+        return view.json({"status": "ok", "worker_id": worker_id, "pending_turns": agent.pending})
+
+    @app.page("/metrics")
+    async def prometheus(view: Any, request: Any) -> Any:
+        # aiohttp refuses a charset inside content_type: Prometheus text format, UTF-8 is its default
+        return view.bytes(generate_latest(metrics.registry), content_type=PROMETHEUS_CONTENT_TYPE)
+
+    return app
+
+
+async def check_topics(settings: Settings) -> None:
+    """Refuse to start on missing topics or a partition count other than ``kafka_partitions``."""
+    from uac.streams.topics import ensure_topics
+
+    statuses = await ensure_topics(settings.kafka_bootstrap, partitions=settings.kafka_partitions,
+                                   prefix=settings.topic_prefix, create=False)
+    bad = [f"{s.topic}: {s.detail}" for s in statuses if s.outcome == "mismatch"]
+    if bad:
+        raise UacError("topics are not ready (run `uac topics create`): " + "; ".join(bad))
+
+
+def run_worker(settings: Settings, worker_id: str = "w1", web_port: int = DEFAULT_WEB_PORT, *,
+               web_bind: str = "127.0.0.1", idle_timeout: float = 2.0, loglevel: str = "info",
+               check: bool = True) -> None:
+    """Check the topics, then run the worker until SIGTERM/SIGINT (blocks; exits the process the way
+    faust's worker does)."""
+    import faust
+
+    loop = asyncio.new_event_loop()  # faust's worker runs on the current loop: make it this one
+    asyncio.set_event_loop(loop)
+    if check:
+        loop.run_until_complete(check_topics(settings))
+    app = make_app(settings, worker_id=worker_id, web_port=web_port, web_bind=web_bind,
+                   idle_timeout=idle_timeout)
+    worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False, loop=loop)
+
+    def quiet_loggers() -> None:
+        for name in QUIET_LOGGERS:
+            logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger(name).level))
+
+    async def on_startup_finished() -> None:
+        quiet_loggers()  # again, after the worker configured logging
+
+    quiet_loggers()
+    app.on_startup_finished = on_startup_finished
+
+    worker.execute_from_commandline()
