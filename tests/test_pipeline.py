@@ -205,3 +205,49 @@ def test_user_ids_are_data_not_paths(settings: Settings, bad: str) -> None:
     api.ingest([obs(bad, "allergy", {"substance": "latex"}, "2025-01-01", "s1")], settings=settings)
     assert [r.entity_id for r in api.state(bad, settings=settings)] == ["latex"]
     assert api.query(bad, "SELECT count(*) FROM allergies", settings=settings).scalar() == 1
+
+
+def test_a_store_of_an_older_schema_is_refused_with_advice_and_replay_rebuilds_it(
+        settings: Settings, demo_path: Path) -> None:
+    import duckdb
+
+    from uac.errors import StoreError
+
+    api.ingest(demo_path, settings=settings)
+    before = api.alert_events("maya", settings=settings)
+    con = duckdb.connect(str(settings.store_path))
+    con.execute("UPDATE store.meta SET value = '1' WHERE key = 'schema_version'")
+    con.close()
+    with pytest.raises(StoreError, match=r"store schema 1; this uac writes schema \d+: run `uac replay`"):
+        api.ingest(demo_path, settings=settings)
+    api.replay(settings=settings)
+    assert api.alert_events("maya", settings=settings) == before
+    assert api.ingest(demo_path, settings=settings).appended == 0
+
+
+def test_user_queries_do_not_see_the_stores_own_key_column(settings: Settings,
+                                                           demo_path: Path) -> None:
+    api.ingest(demo_path, settings=settings)
+    result = api.query("maya", "SELECT * FROM entities LIMIT 1", settings=settings)
+    assert result.columns == ("user_id", "entity_type", "entity_id", "attributes", "state_version")
+
+
+@pytest.mark.parametrize("cut", [1, 999, 1000, 1001, 1500, 2003])
+def test_a_crash_mid_append_then_the_same_ingest_gives_the_store_of_a_run_without_it(
+        settings_factory: Callable[..., Settings], tmp_path: Path, cut: int) -> None:
+    """The log's first ``cut`` records of a clean run survive a crash (no mark after them);
+    restarting and ingesting the same input again cuts the same windows: the same store."""
+    from uac.streams.log import FileFactLog
+    from uac.testing import generate_history, write_jsonl
+
+    source = write_jsonl([*generate_history("a", 1300, seed=3), *generate_history("b", 1300, seed=4)],
+                         tmp_path / "in.jsonl")
+    clean = settings_factory("clean")
+    api.ingest(source, settings=clean)
+    with FileFactLog(clean.log_path, writer=False) as log:
+        records = [r for _, r in log.read(0)]
+    crashed = settings_factory("crashed")
+    with FileFactLog(crashed.log_path) as log:  # what reached the log before the crash
+        log.append(records[:cut])
+    api.ingest(source, settings=crashed)
+    assert store_bytes(crashed) == store_bytes(clean)

@@ -15,6 +15,7 @@ their turn between commits without every commit paying for a reopen.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -44,7 +45,8 @@ from uac.streams.codec import (
 )
 
 log = logging.getLogger(__name__)
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: ``entities.entity_key`` (one indexed column: DuckDB uses an index for one-column equality)."""
 T = TypeVar("T")
 
 _BASE_DDL = """
@@ -54,7 +56,8 @@ CREATE TABLE IF NOT EXISTS store.facts (
   log_offset BIGINT, fact_id VARCHAR, user_id VARCHAR, entity_type VARCHAR, entity_id VARCHAR,
   record VARCHAR);
 CREATE TABLE IF NOT EXISTS store.entities (
-  user_id VARCHAR, entity_type VARCHAR, entity_id VARCHAR, attributes JSON, state_version BIGINT);
+  user_id VARCHAR, entity_type VARCHAR, entity_id VARCHAR, attributes JSON, state_version BIGINT,
+  entity_key VARCHAR);
 CREATE TABLE IF NOT EXISTS store.alerts (
   alert_id VARCHAR, user_id VARCHAR, rule_id VARCHAR, subject VARCHAR, severity VARCHAR,
   status VARCHAR, message VARCHAR, raised_at TIMESTAMP, resolved_at TIMESTAMP, details JSON,
@@ -64,7 +67,16 @@ CREATE TABLE IF NOT EXISTS store.alert_events (
   record VARCHAR);
 CREATE TABLE IF NOT EXISTS store.state_changes (
   user_id VARCHAR, state_version BIGINT, window_id BIGINT, now TIMESTAMP, changes JSON);
+CREATE INDEX IF NOT EXISTS entities_by_key ON store.entities (entity_key);
+CREATE INDEX IF NOT EXISTS alerts_by_id ON store.alerts (alert_id);
 """
+HIDDEN_COLUMNS = {"entities": ("entity_key",)}
+"""Columns of the store that user queries do not see (they serve uac's own writes)."""
+
+
+def entity_key(user_id: str, entity_type: str, entity_id: str) -> str:
+    """The value of ``entities.entity_key``: the three ids joined by a unit separator."""
+    return f"{user_id}\x1f{entity_type}\x1f{entity_id}"
 
 USER_TABLES = ("facts", "entities", "alerts", "alert_events", "state_changes")
 """Tables every user can query (besides the typed ones)."""
@@ -201,6 +213,13 @@ class DuckDBStateStore(StateStore):
         self.release()
 
     def _create_schema(self, con: duckdb.DuckDBPyConnection) -> None:
+        found = None
+        with contextlib.suppress(duckdb.CatalogException):  # a new file has no meta table
+            found = _one(con, "SELECT value FROM store.meta WHERE key = 'schema_version'")
+        if found is not None and found[0] != str(SCHEMA_VERSION):
+            raise StoreError(
+                f"{self.path} has store schema {found[0]}; this uac writes schema "
+                f"{SCHEMA_VERSION}: run `uac replay` to rebuild the store from the log")
         con.execute(_BASE_DDL)
         for etype in entity_types():
             con.execute(_typed_ddl(etype))
@@ -338,6 +357,7 @@ class DuckDBStateStore(StateStore):
             "attributes": [orjson.dumps(r.attributes, option=orjson.OPT_SORT_KEYS).decode()
                            for r in rows],
             "state_version": [r.state_version for r in rows],
+            "entity_key": [entity_key(r.user_id, r.entity_type, r.entity_id) for r in rows],
             "present": [r.exists for r in rows],
             "extra": [orjson.dumps({k: v for k, v in r.attributes.items() if k not in known}
                                    ).decode() if r.entity_type == GENERIC_TYPE else None
@@ -355,9 +375,9 @@ class DuckDBStateStore(StateStore):
                           "present": pa.array(columns["present"], pa.bool_())})
         con.register("uac_entities", batch)
         try:
-            self._delete_matching(con, "entities", ("user_id", "entity_type", "entity_id"))
+            self._delete_matching(con, "entities", ("entity_key",))
             con.execute("INSERT INTO store.entities SELECT user_id, entity_type, entity_id, "
-                        "attributes, state_version FROM uac_entities WHERE present")
+                        "attributes, state_version, entity_key FROM uac_entities WHERE present")
             for etype in written:
                 self._delete_matching(con, etype.table, ("user_id", "entity_id"),
                                       f"k.entity_type = '{etype.name}'")
@@ -369,9 +389,8 @@ class DuckDBStateStore(StateStore):
                             columns: dict[str, list[Any]], written: list[EntityType]) -> None:
         """The same as the batch path for a handful of rows: deletes by key, VALUES inserts."""
         old = [r for r in rows if not r.is_new]  # created in this batch: no row to replace
-        self._replace_keys(con, "entities", ("user_id", "entity_type", "entity_id"), {
-            "user_id": [r.user_id for r in old], "entity_type": [r.entity_type for r in old],
-            "entity_id": [r.entity_id for r in old]})
+        self._replace_keys(con, "entities", ("entity_key",), {
+            "entity_key": [entity_key(r.user_id, r.entity_type, r.entity_id) for r in old]})
         for etype in written:
             mine = [r for r in old if r.entity_type == etype.name]
             self._replace_keys(con, etype.table, ("user_id", "entity_id"), {
@@ -381,7 +400,8 @@ class DuckDBStateStore(StateStore):
             return
         self._insert(con, "entities", {
             k: [columns[k][i] for i in present]
-            for k in ("user_id", "entity_type", "entity_id", "attributes", "state_version")})
+            for k in ("user_id", "entity_type", "entity_id", "attributes", "state_version",
+                      "entity_key")})
         names = _BATCH_COLUMNS.split(", ")
         marks = "(" + ", ".join("?" * len(names)) + ")"
         for etype in written:
@@ -509,7 +529,9 @@ class DuckDBStateStore(StateStore):
             literal = "'" + user_id.replace("'", "''") + "'"
             for table in sorted(queryable_tables()):
                 source = f"({FACTS_VIEW})" if table == "facts" else f"store.{table}"
+                hidden = HIDDEN_COLUMNS.get(table)
+                star = f"* EXCLUDE ({', '.join(hidden)})" if hidden else "*"
                 con.execute(f"CREATE OR REPLACE TEMP VIEW {table} AS "
-                            f"SELECT * FROM {source} WHERE user_id = {literal}")
+                            f"SELECT {star} FROM {source} WHERE user_id = {literal}")
             self._scoped_user = user_id
         yield

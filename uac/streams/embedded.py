@@ -86,17 +86,22 @@ class EmbeddedPipeline:
     def start(self) -> EmbeddedPipeline:
         """Open the log (taking the writer lock), the store and the rejects; recover a crash."""
         s = self.settings
-        if self._log is None:
-            self._log = FileFactLog(s.log_path)
-        if self._store is None:
-            self._store = DuckDBStateStore(s.store_path, lock_timeout=s.lock_timeout, share=True)
-        if self._rejects is None:
-            self._rejects = JsonlRejectStore(s.rejects_path)
-        self._checkpointer = Checkpointer(
-            self._log, self._store, self._rejects, self.rules,
-            rule_settings=RuleSettings(s.rule_days_ahead, s.lapse_days_ahead),
-            metrics=self.metrics)
-        self._recover()
+        try:
+            if self._log is None:
+                self._log = FileFactLog(s.log_path)
+            if self._store is None:
+                self._store = DuckDBStateStore(s.store_path, lock_timeout=s.lock_timeout, share=True)
+            if self._rejects is None:
+                self._rejects = JsonlRejectStore(s.rejects_path)
+            self._checkpointer = Checkpointer(
+                self._log, self._store, self._rejects, self.rules,
+                rule_settings=RuleSettings(s.rule_days_ahead, s.lapse_days_ahead),
+                metrics=self.metrics)
+            self._recover()
+        except BaseException:
+            self._checkpointer = None  # nothing more is written: only release what was opened
+            self.stop()
+            raise
         return self
 
     def _recover(self) -> None:
@@ -106,16 +111,45 @@ class EmbeddedPipeline:
         self._next_window = checkpoint.window_id + 1
         self._watermark = checkpoint.watermark
         if self.log.end_offset() > checkpoint.log_offset:  # records a crash left unwindowed
-            log.warning("closing the window a previous run left open at offset %d",
-                        checkpoint.log_offset)
             tail = [r for _, r in self.log.read(checkpoint.log_offset)]
             self._advance_watermark(tail)
+            if self._resume_window(tail):
+                log.warning("continuing the window a previous run left open at offset %d "
+                            "(%d records)", checkpoint.log_offset, len(tail))
+                return
+            log.warning("closing the window a previous run left open at offset %d",
+                        checkpoint.log_offset)
             self._append([WindowMark(self._next_window, reason="recovery")])
             self._next_window += 1
             self.checkpointer.run(commit_every=None)
 
+    def _resume_window(self, tail: list[LogRecord]) -> bool:
+        """Feed the records a crash left after the last window mark to the window policy, as
+        their writer did, so the next append cuts the windows a run without the crash would
+        have cut (the same windows, the same state versions and alerts). Appends the mark the
+        crash lost if the tail ends a window. False if the tail does not fit a single window
+        (the caller then closes it as it is)."""
+        policy = self._policy
+        for i, record in enumerate(tail):
+            if policy.closes_before(record) is not None:
+                policy.reset()
+                return False
+            reason = policy.closes_after(record)
+            if reason is not None:
+                if i != len(tail) - 1:
+                    policy.reset()
+                    return False
+                self._append([WindowMark(self._next_window, reason=reason)])
+                self._next_window += 1
+                self.checkpointer.run(commit_every=None)
+        return True
+
     def stop(self) -> None:
-        """Flush and close everything (releases the writer lock)."""
+        """Close a window left open (see :meth:`_resume_window`), then flush and close
+        everything (releases the writer lock)."""
+        if self._checkpointer is not None and self._policy.open:
+            self._ingest_chunk([], IngestSummary(), final=True)
+            self._checkpointer = None
         for part in (self._log, self._rejects, self._store):
             if part is not None:
                 part.close()
