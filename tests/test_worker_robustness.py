@@ -39,9 +39,9 @@ PARTITIONS = 4
 IDLE = 3.0
 """Generous: every turn is produced well before its user's window could idle out, so the windows are
 the policy's windows over all of a user's turns (what the in-process computation gives)."""
-WORKER_ENV = {"BROKER_SESSION_TIMEOUT": "8", "BROKER_HEARTBEAT_INTERVAL": "1"}
-"""faust reads these from the environment. A SIGKILLed member stays in the group until its session
-times out (faust's default: 60 s), and a restarted worker's join waits for that."""
+WORKER_ENV = {"UAC_WORKER_SESSION_TIMEOUT": "8"}
+"""`uac worker --session-timeout`: a SIGKILLed member stays in the group until its session times
+out (faust's default: 60 s), and a restarted worker's join waits for that."""
 
 
 # -- inputs and what they should give ---------------------------------------------------------------

@@ -27,10 +27,16 @@ from uac.settings import Settings
                    "(the end of the input, as far as the worker can tell).")
 @click.option("--loglevel", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               show_default=True)
+@click.option("--session-timeout", type=click.FloatRange(min=1.0), default=None,
+              envvar="UAC_WORKER_SESSION_TIMEOUT",
+              help="Seconds before the group gives a silent (killed) worker's partitions to the "
+                   "others; lower is faster failover, higher tolerates longer pauses. Default: "
+                   "faust's, 60 s.")
 @click.pass_context
 @handle_errors
 def worker(ctx: click.Context, bootstrap: str | None, partitions: int | None, prefix: str | None,
-           worker_id: str, web_port: int, web_bind: str, idle_timeout: float, loglevel: str) -> None:
+           worker_id: str, web_port: int, web_bind: str, idle_timeout: float, loglevel: str,
+           session_timeout: float | None) -> None:
     """Run a Kafka worker: the extraction agent of uac, as a faust-streaming app.
 
     \b
@@ -62,7 +68,7 @@ def worker(ctx: click.Context, bootstrap: str | None, partitions: int | None, pr
     if overrides:
         settings = Settings(**{**settings.model_dump(), **overrides})  # validated again
     run_worker(settings, worker_id, web_port, web_bind=web_bind, idle_timeout=idle_timeout,
-               loglevel=loglevel)
+               loglevel=loglevel, session_timeout=session_timeout)
 
 
 if __name__ == "__main__":  # pragma: no cover

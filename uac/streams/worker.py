@@ -67,9 +67,12 @@ def app_id(settings: Settings) -> str:
 
 def make_app(settings: Settings, *, worker_id: str = "w1", web_port: int = DEFAULT_WEB_PORT,
              web_bind: str = "127.0.0.1", idle_timeout: float = 2.0, metrics: Metrics | None = None,
-             extractor: Extractor | None = None, datadir: Path | None = None) -> Any:
+             extractor: Extractor | None = None, datadir: Path | None = None,
+             session_timeout: float | None = None) -> Any:
     """A faust app (``faust.App``) running the extraction agent (see the module docstring); it updates
-    ``metrics`` (pass one to read it in-process)."""
+    ``metrics`` (pass one to read it in-process). ``session_timeout``: seconds before the group
+    gives a silent worker's partitions to the others (None: faust's default, 60 s, or
+    ``BROKER_SESSION_TIMEOUT``)."""
     import faust
     from prometheus_client import generate_latest
 
@@ -79,6 +82,10 @@ def make_app(settings: Settings, *, worker_id: str = "w1", web_port: int = DEFAU
     metrics = metrics or Metrics()
     datadir = datadir or settings.data_dir / "worker" / worker_id
     datadir.mkdir(parents=True, exist_ok=True)  # faust keeps little there without tables, but wants it
+    liveness: dict[str, Any] = {}
+    if session_timeout is not None:
+        liveness = {"broker_session_timeout": session_timeout,
+                    "broker_heartbeat_interval": max(0.5, min(3.0, session_timeout / 8))}
     app = faust.App(
         app_id(settings),
         broker=[f"kafka://{host.strip()}" for host in settings.kafka_bootstrap.split(",") if host.strip()],
@@ -95,6 +102,7 @@ def make_app(settings: Settings, *, worker_id: str = "w1", web_port: int = DEFAU
         web_port=web_port,
         web_bind=web_bind,
         web_host=web_bind,
+        **liveness,
     )
 
     async def send(topic: str, key: bytes | None, value: bytes, partition: int) -> Any:
@@ -156,7 +164,7 @@ async def check_topics(settings: Settings) -> None:
 
 def run_worker(settings: Settings, worker_id: str = "w1", web_port: int = DEFAULT_WEB_PORT, *,
                web_bind: str = "127.0.0.1", idle_timeout: float = 2.0, loglevel: str = "info",
-               check: bool = True) -> None:
+               check: bool = True, session_timeout: float | None = None) -> None:
     """Check the topics, then run the worker until SIGTERM/SIGINT (blocks; exits the process the way
     faust's worker does)."""
     import faust
@@ -166,7 +174,7 @@ def run_worker(settings: Settings, worker_id: str = "w1", web_port: int = DEFAUL
     if check:
         loop.run_until_complete(check_topics(settings))
     app = make_app(settings, worker_id=worker_id, web_port=web_port, web_bind=web_bind,
-                   idle_timeout=idle_timeout)
+                   idle_timeout=idle_timeout, session_timeout=session_timeout)
     worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False, loop=loop)
 
     def quiet_loggers() -> None:
