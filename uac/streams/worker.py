@@ -36,7 +36,8 @@ from uac.extraction.model import LiteLLMModel
 from uac.extraction.windows import WindowPolicy
 from uac.metrics import Metrics
 from uac.settings import Settings
-from uac.streams.worker_extract import OBSERVATIONS, TURNS, ExtractionAgent, Source
+from uac.streams.worker_checkpoint import CheckpointAgent
+from uac.streams.worker_extract import FACTS, OBSERVATIONS, TURNS, ExtractionAgent, Source
 
 log = logging.getLogger(__name__)
 APP_ID = "uac"
@@ -68,11 +69,13 @@ def app_id(settings: Settings) -> str:
 def make_app(settings: Settings, *, worker_id: str = "w1", web_port: int = DEFAULT_WEB_PORT,
              web_bind: str = "127.0.0.1", idle_timeout: float = 2.0, metrics: Metrics | None = None,
              extractor: Extractor | None = None, datadir: Path | None = None,
-             session_timeout: float | None = None) -> Any:
+             session_timeout: float | None = None, checkpoint: bool = True) -> Any:
     """A faust app (``faust.App``) running the extraction agent (see the module docstring); it updates
     ``metrics`` (pass one to read it in-process). ``session_timeout``: seconds before the group
     gives a silent worker's partitions to the others (None: faust's default, 60 s, or
-    ``BROKER_SESSION_TIMEOUT``)."""
+    ``BROKER_SESSION_TIMEOUT``). ``checkpoint``: also run the checkpoint agent on ``uac.facts``
+    (:mod:`uac.streams.worker_checkpoint`; its topic never commits offsets and is read from the
+    start on assignment, since its state is in memory only)."""
     import faust
     from prometheus_client import generate_latest
 
@@ -105,7 +108,7 @@ def make_app(settings: Settings, *, worker_id: str = "w1", web_port: int = DEFAU
         **liveness,
     )
 
-    async def send(topic: str, key: bytes | None, value: bytes, partition: int) -> Any:
+    async def send(topic: str, key: bytes | None, value: bytes | None, partition: int) -> Any:
         return await app.producer.send(topic, key, value, partition, None, None)
 
     agent = ExtractionAgent(extractor or extractor_from(settings), send,
@@ -135,9 +138,41 @@ def make_app(settings: Settings, *, worker_id: str = "w1", web_port: int = DEFAU
         if closed:
             log.info("closed %d idle extraction window(s)", closed)
 
+    checkpoint_agent: CheckpointAgent | None = None
+    if checkpoint:
+        checkpoint_agent = CheckpointAgent(send, settings=settings, partitions=settings.kafka_partitions,
+                                           prefix=prefix, metrics=metrics, idle_timeout=idle_timeout)
+        facts_topic = prefix + FACTS
+        # acks=False: acknowledging a uac.facts record commits nothing (state is rebuilt from the start)
+        facts = app.topic(facts_topic, key_serializer="raw", value_serializer="raw", acks=False)
+
+        @app.agent(facts, name="checkpoint-facts")
+        async def checkpoint_facts(stream: Any) -> None:
+            assert checkpoint_agent is not None
+            async for event in stream.noack().events():
+                await checkpoint_agent.on_fact(source(event), event.value, event.ack)
+
+        @app.timer(interval=max(0.05, min(1.0, idle_timeout / 2)))  # type: ignore[untyped-decorator]
+        async def close_idle_checkpoint_windows() -> None:
+            assert checkpoint_agent is not None
+            closed = await checkpoint_agent.close_idle()
+            if closed:
+                log.info("closed %d idle checkpoint window(s)", closed)
+
+        @app.on_partitions_assigned.connect
+        async def on_assigned(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+            assert checkpoint_agent is not None
+            assigned = args[0] if args else kwargs.get("assigned", set())
+            for tp in assigned:
+                if tp.topic == facts_topic and checkpoint_agent.needs_replay(tp.partition):
+                    await app.consumer.seek(tp, 0)  # no committed offset: faust will not seek it back
+
     @app.on_partitions_revoked.connect
     async def on_revoked(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         await agent.reset()
+        if checkpoint_agent is not None:
+            revoked = args[0] if args else kwargs.get("revoked", set())
+            await checkpoint_agent.revoke({tp.partition for tp in revoked if tp.topic == prefix + FACTS})
 
     @app.page("/health")
     async def health(view: Any, request: Any) -> Any:

@@ -1,0 +1,260 @@
+"""The checkpoint + constraint agent's logic, independent of faust: facts in, state and alerts out.
+
+:class:`CheckpointAgent` is what the Kafka worker (:mod:`uac.streams.worker`) runs for every record of
+``uac.facts`` (raw bytes). Per assigned partition it keeps an
+:class:`~uac.streams.log.InMemoryFactLog`, a :class:`~uac.streams.kafka_store.PublishingStateStore`
+and a :class:`~uac.checkpointer.checkpointer.Checkpointer` with the built-in rules. Decoded facts and
+ticks are appended to the partition's log with window marks cut by a
+:class:`~uac.checkpointer.windows.WindowPolicy` exactly as the embedded pipeline cuts them (a tick
+closes a window; a tick at or before the partition's watermark is skipped; a fact already in the log
+is skipped); a timer (:meth:`CheckpointAgent.close_idle`) closes a window that got no record for
+``idle_timeout`` seconds. After a mark the partition's checkpointer runs, the collected outputs
+(``uac.state``, ``uac.state-changes``, ``uac.alerts``; rule failures as dead letters on ``uac.dlq``)
+are produced and awaited, and only then are the window's records acknowledged. An undecodable
+record becomes a dead letter (step ``worker.decode``); a ``WindowMark`` on the topic is ignored.
+
+State and restarts (first slice): the state lives in memory only. To stay correct after a restart
+or a rebalance, a partition's state is built from the *whole* of ``uac.facts``: the worker never
+commits offsets of ``uac.facts`` (its faust topic has ``acks=False``, so acknowledgements commit
+nothing), a fresh consumer starts at the earliest offset, and on assignment of a partition this
+agent has no state for, the worker seeks it to the beginning (:meth:`needs_replay`). A revoked
+partition's state is dropped (:meth:`revoke`). Fact, alert and state ids are deterministic, so a
+replay re-publishes identical records (compaction collapses ``uac.state``; ``uac.alerts`` and
+``uac.state-changes`` may carry the same event twice, consumers dedupe by alert id and kind). Window
+boundaries cut by the idle timer depend on wall time, so a replay may cut different windows (the
+same final state and alerts, possibly different event times). Rebuilding from ``uac.state`` is the
+next slice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from uac.checkpointer.checkpointer import Checkpointer, RuleSettings
+from uac.checkpointer.windows import WindowPolicy
+from uac.domains.facts import Fact, LogRecord, Tick, WindowMark
+from uac.errors import CodecError
+from uac.executor.rules import Rule
+from uac.metrics import Metrics
+from uac.settings import Settings
+from uac.streams.avro import AvroCodec, DeadLetter
+from uac.streams.embedded import default_rules
+from uac.streams.kafka_store import OutRecord, PublishingStateStore
+from uac.streams.log import InMemoryFactLog
+from uac.streams.rejects import Reject, RejectStore
+from uac.streams.topics import partition_for, user_key, user_of_key
+from uac.streams.worker_extract import DLQ, FACTS, STEP_DECODE, Ack, Source
+
+log = logging.getLogger(__name__)
+STEP_FACTS = "checkpoint.facts"
+
+SendRaw = Callable[[str, bytes | None, bytes | None, int], Awaitable[Awaitable[Any]]]
+"""``await send(topic, key, value, partition)``: like :data:`~uac.streams.worker_extract.Send`, but
+a None value (a tombstone) is allowed."""
+
+
+class CollectingRejects(RejectStore):
+    """Rejects of the checkpointer (rule failures), kept until the agent sends them as dead letters."""
+
+    def __init__(self) -> None:
+        self.items: list[Reject] = []
+
+    def add(self, reject: Reject) -> None:
+        self.items.append(reject)
+
+    def __iter__(self) -> Iterator[Reject]:
+        return iter(list(self.items))
+
+    def drain(self) -> list[Reject]:
+        out, self.items = self.items, []
+        return out
+
+
+@dataclass(slots=True)
+class _Partition:
+    """One assigned partition of ``uac.facts``: its log, state, checkpointer and open window."""
+
+    index: int
+    log: InMemoryFactLog
+    store: PublishingStateStore
+    rejects: CollectingRejects
+    checkpointer: Checkpointer
+    policy: WindowPolicy
+    next_window: int = 0
+    watermark: datetime | None = None
+    held: list[Ack] = field(default_factory=list)
+    last_seen: float = 0.0
+
+
+class CheckpointAgent:
+    """Facts to state, state changes and alerts, per the module docstring. One per worker."""
+
+    def __init__(self, send: SendRaw, *, settings: Settings, partitions: int, prefix: str = "",
+                 rules: tuple[Rule, ...] | None = None, codec: AvroCodec | None = None,
+                 metrics: Metrics | None = None, idle_timeout: float = 2.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.send = send
+        self.settings = settings
+        self.partitions = partitions
+        self.prefix = prefix
+        self.rules = tuple(default_rules() if rules is None else rules)
+        self.codec = codec or AvroCodec()
+        self.metrics = metrics or Metrics()
+        self.idle_timeout = idle_timeout
+        self.clock = clock
+        self._parts: dict[int, _Partition] = {}
+        self._lock = asyncio.Lock()
+        self.records_sent = 0
+        self.dead_letters = 0
+
+    # -- partitions ------------------------------------------------------------------------------
+
+    def _new_partition(self, index: int) -> _Partition:
+        s = self.settings
+        log_, store, rejects = InMemoryFactLog(), PublishingStateStore(self.partitions, codec=self.codec), \
+            CollectingRejects()
+        checkpointer = Checkpointer(log_, store, rejects, self.rules,
+                                    rule_settings=RuleSettings(s.rule_days_ahead, s.lapse_days_ahead),
+                                    metrics=self.metrics)
+        policy = WindowPolicy(s.window_facts, s.window_span)
+        return _Partition(index, log_, store, rejects, checkpointer, policy)
+
+    def needs_replay(self, partition: int) -> bool:
+        """Whether this agent holds no state for ``partition`` (the worker then reads it from the start)."""
+        return partition not in self._parts
+
+    async def revoke(self, partitions: set[int] | None = None) -> None:
+        """Drop the state of these partitions (None: all), their open windows unacknowledged."""
+        async with self._lock:
+            for p in list(self._parts) if partitions is None else partitions:
+                part = self._parts.pop(p, None)
+                if part is not None and part.held:
+                    log.info("revoked partition %d: dropped %d record(s) of an open window", p,
+                             len(part.held))
+
+    def store(self, partition: int) -> PublishingStateStore | None:
+        part = self._parts.get(partition)
+        return None if part is None else part.store
+
+    @property
+    def pending(self) -> int:
+        return sum(len(p.held) for p in self._parts.values())
+
+    # -- inputs ----------------------------------------------------------------------------------
+
+    async def on_fact(self, source: Source, value: bytes | None, ack: Ack) -> None:
+        """One ``uac.facts`` record: into its partition's log (acknowledged once its window is out)."""
+        self.metrics.records_in.labels(STEP_FACTS).inc()
+        if value is None:  # a tombstone (erasure): not handled by this slice
+            ack()
+            return
+        try:
+            record = self.codec.decode(FACTS, value)
+        except CodecError as exc:
+            await self._poison(STEP_DECODE, str(exc), source, value)
+            ack()
+            return
+        if isinstance(record, WindowMark):  # the writer does not write marks today
+            ack()
+            return
+        async with self._lock:
+            part = self._parts.get(source.partition)
+            if part is None:
+                part = self._parts[source.partition] = self._new_partition(source.partition)
+            part.last_seen = self.clock()
+            out = self._window_records(part, record)
+            part.held.append(ack)
+            if out:
+                part.log.append(out)
+            if any(isinstance(r, WindowMark) for r in out):
+                await self._emit(part)
+            elif not part.policy.open:  # skipped record, nothing open: nothing to wait for
+                self._ack_all(part)
+
+    async def close_idle(self) -> int:
+        """Close the open windows that got no record for ``idle_timeout`` seconds; the number closed."""
+        closed = 0
+        async with self._lock:
+            now = self.clock()
+            for part in self._parts.values():
+                if part.policy.open and now - part.last_seen >= self.idle_timeout:
+                    part.log.append([WindowMark(part.next_window, reason="idle")])
+                    part.next_window += 1
+                    part.policy.reset()
+                    await self._emit(part)
+                    closed += 1
+        return closed
+
+    def _window_records(self, part: _Partition, record: Fact | Tick) -> list[LogRecord]:
+        """The log records for one input, with window marks (as ``EmbeddedPipeline._ingest_chunk``)."""
+        out: list[LogRecord] = []
+        if isinstance(record, Fact):
+            if part.log.contains(record.fact_id):
+                self.metrics.facts_duplicate.inc()
+                return out
+            t = record.observed_time
+        else:
+            if part.watermark is not None and record.time <= part.watermark:
+                return out  # event time is already past this tick
+            t = record.time
+        if part.watermark is None or t > part.watermark:
+            part.watermark = t
+        before = part.policy.closes_before(record)
+        if before is not None:
+            out.append(WindowMark(part.next_window, reason=before))
+            part.next_window += 1
+        out.append(record)
+        after = part.policy.closes_after(record)
+        if after is not None:
+            out.append(WindowMark(part.next_window, reason=after))
+            part.next_window += 1
+        return out
+
+    # -- outputs ---------------------------------------------------------------------------------
+
+    async def _emit(self, part: _Partition) -> None:
+        """Fold the closed windows, produce their outputs, await them, ack their records.
+
+        Records after the last mark (a window just opened) are acked too: they are in the log, and
+        since this agent never commits offsets (module docstring), an ack only marks them done."""
+        part.checkpointer.run(commit_every=None)
+        records: list[OutRecord] = part.store.drain()
+        sent: list[Awaitable[Any]] = []
+        for r in records:
+            sent.append(await self.send(self.prefix + r.topic, r.key, r.value, r.partition))
+        for reject in part.rejects.drain():
+            letter = DeadLetter.from_reject(reject)
+            self.dead_letters += 1
+            sent.append(await self.send(self.prefix + DLQ, None, self.codec.encode(DLQ, letter),
+                                        part.index))
+        await asyncio.gather(*sent)
+        self.records_sent += len(records)
+        self._ack_all(part)
+
+    @staticmethod
+    def _ack_all(part: _Partition) -> None:
+        held, part.held = part.held, []
+        for ack in held:
+            ack()
+
+    async def _poison(self, step_id: str, reason: str, source: Source, value: bytes | None) -> None:
+        """A record that cannot be processed: a dead letter naming where it came from."""
+        log.warning("[%s] %s[%d]@%d: %s", step_id, source.topic, source.partition, source.offset, reason)
+        payload = bytes(value) if isinstance(value, bytes | bytearray | memoryview) else b""
+        letter = DeadLetter(step_id, reason, payload, source_topic=source.topic,
+                            source_partition=source.partition, source_offset=source.offset)
+        if source.key:
+            user = user_of_key(source.key)
+            key: bytes | None = user_key(user)
+            partition = partition_for(user, self.partitions)
+        else:
+            key, partition = None, source.partition % self.partitions
+        self.metrics.rejects.labels(step_id).inc()
+        self.dead_letters += 1
+        await (await self.send(self.prefix + DLQ, key, self.codec.encode(DLQ, letter), partition))
