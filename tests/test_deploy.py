@@ -36,7 +36,8 @@ WORKERS = ("worker-1", "worker-2")
 
 # Environment variables read by `uac worker`'s options (not Settings fields), and one the worker
 # does not read yet (it uses the local registry built from schemas/).
-PENDING_SETTINGS = {"UAC_SCHEMA_REGISTRY_URL", "UAC_WORKER_PORT", "UAC_WORKER_BIND", "UAC_WORKER_ID"}
+PENDING_SETTINGS = {"UAC_SCHEMA_REGISTRY_URL", "UAC_WORKER_PORT", "UAC_WORKER_BIND", "UAC_WORKER_ID",
+                    "UAC_WORKER_CHECKPOINT"}
 PENDING_COMMANDS: set[tuple[str, ...]] = set()
 
 

@@ -14,6 +14,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -64,10 +65,12 @@ def free_port() -> int:
 
 
 class WorkerProcess:
-    def __init__(self, bootstrap: str, prefix: str, tmp: Path) -> None:
+    def __init__(self, bootstrap: str, prefix: str, tmp: Path,
+                 extra_env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.log = tmp / "worker.log"
-        env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "UAC_DATA_DIR": str(tmp / "data")}
+        env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "UAC_DATA_DIR": str(tmp / "data"),
+               **(extra_env or {})}
         env.pop("UAC_MODEL", None)
         self._out = open(self.log, "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
@@ -112,9 +115,17 @@ class WorkerProcess:
 
 @pytest.fixture
 def worker(kafka_broker: Any, tmp_path: Path) -> Iterator[tuple[WorkerProcess, str]]:
+    with running_worker(kafka_broker.bootstrap, tmp_path) as started:
+        yield started
+
+
+@contextmanager
+def running_worker(bootstrap: str, tmp_path: Path,
+                   extra_env: dict[str, str] | None = None) -> Iterator[tuple[WorkerProcess, str]]:
+    """A healthy worker subprocess on fresh topics (a unique prefix); stopped at the end."""
     prefix = f"w{uuid.uuid4().hex[:8]}-"
-    asyncio.run(ensure_topics(kafka_broker.bootstrap, partitions=PARTITIONS, prefix=prefix))
-    proc = WorkerProcess(kafka_broker.bootstrap, prefix, tmp_path)
+    asyncio.run(ensure_topics(bootstrap, partitions=PARTITIONS, prefix=prefix))
+    proc = WorkerProcess(bootstrap, prefix, tmp_path, extra_env)
     started = time.monotonic()
     try:
         proc.wait_healthy(time.monotonic() + 60)

@@ -6,19 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.test_worker import (  # noqa: F401
+from tests.test_worker import (
     DEMO,
     WorkerProcess,
     consume,
     demo,
     expected_fact_ids,
     produce,
-    worker,
+    running_worker,
 )
 from uac import api
 from uac.checkpointer.records import EntityRow
@@ -52,16 +53,22 @@ async def consume_state(bootstrap: str, topic: str, done: Any, timeout: float) -
     return latest
 
 
+@pytest.fixture
+def checkpoint_worker(kafka_broker: Any, tmp_path: Path) -> Iterator[tuple[WorkerProcess, str]]:
+    with running_worker(kafka_broker.bootstrap, tmp_path, {"UAC_WORKER_CHECKPOINT": "1"}) as started:
+        yield started
+
+
 @pytest.mark.kafka
 def test_checkpoint_agent_publishes_the_demo_alerts_and_state(
-        worker: tuple[WorkerProcess, str], kafka_broker: Any, tmp_path: Path) -> None:  # noqa: F811
+        checkpoint_worker: tuple[WorkerProcess, str], kafka_broker: Any, tmp_path: Path) -> None:
     """Compares SETS of (alert_id, kind), not event lists: the worker cuts checkpoint windows by its
     own arrival order and idle timer, so its windows differ from the embedded ones and alert event
     times (``at``) and sequence numbers may differ. The expected alerts come from an embedded pipeline
     fed the very facts and ticks the worker wrote to ``uac.facts`` (extraction in the worker gets no
     user state, the embedded extraction gets the manifest); the plain ``api.ingest`` of the demo file
     is checked too when its facts are the same."""
-    proc, prefix = worker
+    proc, prefix = checkpoint_worker
     bootstrap = kafka_broker.bootstrap
     turns, tick = demo()
     asyncio.run(produce(bootstrap, prefix, turns, tick=tick))

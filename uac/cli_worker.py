@@ -32,11 +32,15 @@ from uac.settings import Settings
               help="Seconds before the group gives a silent (killed) worker's partitions to the "
                    "others; lower is faster failover, higher tolerates longer pauses. Default: "
                    "faust's, 60 s.")
+@click.option("--checkpoint/--no-checkpoint", default=False, envvar="UAC_WORKER_CHECKPOINT",
+              help="Also run the checkpoint and constraint agent (uac.facts to uac.state, "
+                   "uac.state-changes, uac.alerts). Experimental: its extraction has no manifest "
+                   "yet (README, Kafka).")
 @click.pass_context
 @handle_errors
 def worker(ctx: click.Context, bootstrap: str | None, partitions: int | None, prefix: str | None,
            worker_id: str, web_port: int, web_bind: str, idle_timeout: float, loglevel: str,
-           session_timeout: float | None) -> None:
+           session_timeout: float | None, checkpoint: bool) -> None:
     """Run a Kafka worker: the extraction agent of uac, as a faust-streaming app.
 
     \b
@@ -68,7 +72,7 @@ def worker(ctx: click.Context, bootstrap: str | None, partitions: int | None, pr
     if overrides:
         settings = Settings(**{**settings.model_dump(), **overrides})  # validated again
     run_worker(settings, worker_id, web_port, web_bind=web_bind, idle_timeout=idle_timeout,
-               loglevel=loglevel, session_timeout=session_timeout)
+               loglevel=loglevel, session_timeout=session_timeout, checkpoint=checkpoint)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -69,7 +69,7 @@ def app_id(settings: Settings) -> str:
 def make_app(settings: Settings, *, worker_id: str = "w1", web_port: int = DEFAULT_WEB_PORT,
              web_bind: str = "127.0.0.1", idle_timeout: float = 2.0, metrics: Metrics | None = None,
              extractor: Extractor | None = None, datadir: Path | None = None,
-             session_timeout: float | None = None, checkpoint: bool = True) -> Any:
+             session_timeout: float | None = None, checkpoint: bool = False) -> Any:
     """A faust app (``faust.App``) running the extraction agent (see the module docstring); it updates
     ``metrics`` (pass one to read it in-process). ``session_timeout``: seconds before the group
     gives a silent worker's partitions to the others (None: faust's default, 60 s, or
@@ -199,7 +199,8 @@ async def check_topics(settings: Settings) -> None:
 
 def run_worker(settings: Settings, worker_id: str = "w1", web_port: int = DEFAULT_WEB_PORT, *,
                web_bind: str = "127.0.0.1", idle_timeout: float = 2.0, loglevel: str = "info",
-               check: bool = True, session_timeout: float | None = None) -> None:
+               check: bool = True, session_timeout: float | None = None,
+               checkpoint: bool = False) -> None:
     """Check the topics, then run the worker until SIGTERM/SIGINT (blocks; exits the process the way
     faust's worker does)."""
     import faust
@@ -209,7 +210,7 @@ def run_worker(settings: Settings, worker_id: str = "w1", web_port: int = DEFAUL
     if check:
         loop.run_until_complete(check_topics(settings))
     app = make_app(settings, worker_id=worker_id, web_port=web_port, web_bind=web_bind,
-                   idle_timeout=idle_timeout, session_timeout=session_timeout)
+                   idle_timeout=idle_timeout, session_timeout=session_timeout, checkpoint=checkpoint)
     worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False, loop=loop)
 
     def quiet_loggers() -> None:
