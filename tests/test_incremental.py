@@ -52,7 +52,7 @@ class FullCheckpointer(Checkpointer):
             changed = {c.entity_type for c in changes.get(user_id, ())
                        if c.kind is not ChangeKind.HISTORY}
             rules = select(self.rules, changed, ticked)
-            events, failures = evaluate(self._user(user_id), rules, ctx,
+            events, failures = evaluate(self.user_state(user_id), rules, ctx,
                                         self.open_alerts[user_id])
             assert not failures
             for event in events:

@@ -102,15 +102,21 @@ class WorkerProcess:
         raise AssertionError(f"worker not healthy in time:\n{self.tail()}")
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        code = stop_process(self.proc)
         self._out.close()
-        return int(self.proc.returncode)
+        return code
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> int:
+    """SIGTERM (a clean stop), SIGKILL if it takes longer than 30 s; the exit code."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+    return int(proc.returncode)
 
 
 @pytest.fixture

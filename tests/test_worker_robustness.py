@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -22,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_worker import demo, free_port
+from tests.test_worker import demo, free_port, stop_process
 from uac.domains.facts import Tick
 from uac.extraction.extractor import Extractor
 from uac.extraction.locomo import locomo_turns
@@ -183,16 +182,7 @@ class Worker:
 
     def stop(self) -> int | None:
         """SIGTERM (a clean stop), SIGKILL if it takes too long; the exit code."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        return self.proc.returncode
+        return None if self.proc is None else stop_process(self.proc)
 
 
 @pytest.fixture

@@ -84,9 +84,6 @@ class Checkpointer:
     # -- user state, loaded on first touch ------------------------------------------------------
     def user_state(self, user_id: str) -> UserState:
         """The user's folded state (loaded from the store on first use; do not mutate it)."""
-        return self._user(user_id)
-
-    def _user(self, user_id: str) -> UserState:
         state = self.states.get(user_id)
         if state is None:
             if self._store_empty:
@@ -144,7 +141,7 @@ class Checkpointer:
         times = [f.observed_time for _, f, _ in facts] + [t.time for t in ticks]
         watermark = max([*times, prev.watermark] if prev.watermark else times, default=None)
         for user_id in {f.user_id for _, f, _ in facts}:  # load touched users before folding
-            self._user(user_id)
+            self.user_state(user_id)
         changes = fold_window(self.states, (f for _, f, _ in facts))
         batch = CommitBatch(Checkpoint(next_offset, window_id, watermark, prev.alert_seq))
         batch.facts = list(facts)
@@ -197,7 +194,7 @@ class Checkpointer:
             rules = select(self.rules, changed, ticked)
             if not rules:
                 continue
-            state = self._user(user_id)
+            state = self.user_state(user_id)
             memos = self.memos[user_id]
             open_alerts = self.open_alerts[user_id]
             timed = False

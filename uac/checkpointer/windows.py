@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from uac.domains.facts import Fact, LogRecord, Tick
+from uac.domains.facts import Fact, LogRecord, Tick, WindowMark
 
 
 class WindowPolicy:
@@ -57,3 +57,21 @@ class WindowPolicy:
     @property
     def open(self) -> bool:
         return self.count > 0
+
+
+def with_marks(policy: WindowPolicy, record: Fact | Tick, next_window: int
+               ) -> tuple[list[LogRecord], int]:
+    """``record`` as the log's writer appends it: with a window mark before and/or after it where
+    ``policy`` closes a window; and the id the next mark gets. Every writer (the embedded pipeline,
+    the Kafka worker) cuts windows through this one function."""
+    out: list[LogRecord] = []
+    before = policy.closes_before(record)
+    if before is not None:
+        out.append(WindowMark(next_window, reason=before))
+        next_window += 1
+    out.append(record)
+    after = policy.closes_after(record)
+    if after is not None:
+        out.append(WindowMark(next_window, reason=after))
+        next_window += 1
+    return out, next_window

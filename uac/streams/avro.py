@@ -28,11 +28,12 @@ from uac.errors import CodecError
 from uac.streams.avro_records import MAPPERS, DeadLetter, Mapper, micros
 from uac.streams.compat import backward_problems
 from uac.streams.registry import LocalSchemaRegistry, SchemaNotFoundError, SchemaRegistry
+from uac.streams.topics import TOPICS as TOPIC_SPECS
 
 MAGIC = 0
 HEADER = struct.Struct(">BI")
-TOPICS = ("uac.turns", "uac.observations", "uac.facts", "uac.state", "uac.state-changes", "uac.alerts",
-          "uac.dlq")
+TOPICS = tuple(spec.name for spec in TOPIC_SPECS)
+"""The topics with an Avro value (every uac topic)."""
 SCHEMAS_DIR = Path(__file__).resolve().parents[1] / "schemas"
 """The .avsc files, shipped in the package (``schemas/`` at the top level links here); the newest
 version of each subject is the reader schema."""

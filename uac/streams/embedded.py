@@ -17,7 +17,7 @@ from types import TracebackType
 from uac.checkpointer.checkpointer import Checkpointer, CheckpointSummary, RuleSettings
 from uac.checkpointer.duckdb_store import DuckDBStateStore
 from uac.checkpointer.store import StateStore
-from uac.checkpointer.windows import WindowPolicy
+from uac.checkpointer.windows import WindowPolicy, with_marks
 from uac.domains.facts import Fact, LogRecord, Tick, WindowMark
 from uac.errors import ValidationError
 from uac.executor.rules import Rule
@@ -314,15 +314,8 @@ class EmbeddedPipeline:
             else:
                 summary.ticks += 1
             self._advance_watermark([record])
-            before = self._policy.closes_before(record)
-            if before is not None:
-                out.append(WindowMark(self._next_window, reason=before))
-                self._next_window += 1
-            out.append(record)
-            after = self._policy.closes_after(record)
-            if after is not None:
-                out.append(WindowMark(self._next_window, reason=after))
-                self._next_window += 1
+            marked, self._next_window = with_marks(self._policy, record, self._next_window)
+            out += marked
         if final and self._policy.open:
             out.append(WindowMark(self._next_window, reason="end"))
             self._next_window += 1

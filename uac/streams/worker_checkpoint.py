@@ -37,7 +37,7 @@ from datetime import datetime
 from typing import Any
 
 from uac.checkpointer.checkpointer import Checkpointer, RuleSettings
-from uac.checkpointer.windows import WindowPolicy
+from uac.checkpointer.windows import WindowPolicy, with_marks
 from uac.domains.facts import Fact, LogRecord, Tick, WindowMark
 from uac.errors import CodecError
 from uac.executor.rules import Rule
@@ -205,15 +205,7 @@ class CheckpointAgent:
             t = record.time
         if part.watermark is None or t > part.watermark:
             part.watermark = t
-        before = part.policy.closes_before(record)
-        if before is not None:
-            out.append(WindowMark(part.next_window, reason=before))
-            part.next_window += 1
-        out.append(record)
-        after = part.policy.closes_after(record)
-        if after is not None:
-            out.append(WindowMark(part.next_window, reason=after))
-            part.next_window += 1
+        out, part.next_window = with_marks(part.policy, record, part.next_window)
         return out
 
     # -- outputs ---------------------------------------------------------------------------------
