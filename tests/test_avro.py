@@ -10,6 +10,7 @@ import shutil
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -34,11 +35,14 @@ from uac.streams.avro import (
     TOPICS,
     AvroCodec,
     DeadLetter,
+    EntityRecord,
     frame,
     micros,
     subject_for,
     unframe,
+    write_body,
 )
+from uac.streams.avro_records import entity_to_datum
 from uac.streams.compat import backward_problems, backward_transitive_problems, compatibility_problems
 from uac.streams.observations import parse_observation
 from uac.streams.registry import (
@@ -118,7 +122,7 @@ def test_turns_round_trip(codec: AvroCodec, turn: Turn) -> None:
 @given(row=rows, change=changes, event=alert_events, letter=letters)
 def test_state_alert_and_dlq_records_round_trip(codec: AvroCodec, row: EntityRow, change: StateChange,
                                                  event: AlertEvent, letter: DeadLetter) -> None:
-    assert roundtrip(codec, "uac.state", row) == row
+    assert roundtrip(codec, "uac.state", row) == EntityRecord(row)
     assert roundtrip(codec, "uac.state-changes", change) == change
     assert roundtrip(codec, "uac.alerts", event) == event
     assert roundtrip(codec, "uac.dlq", letter) == letter
@@ -136,6 +140,31 @@ def test_state_tombstones_and_keys(codec: AvroCodec) -> None:
     assert value is not None and codec.decode_entity(key, value) == live
     with pytest.raises(CodecError, match="not user_id/entity_type/entity_id"):
         codec.decode_entity(b"maya", None)
+
+
+@settings(max_examples=40, deadline=None)
+@given(row=rows, about=st.lists(facts, max_size=4, unique_by=lambda f: f.fact_id))
+def test_state_records_carry_the_entitys_facts(codec: AvroCodec, row: EntityRow, about: list[Fact]) -> None:
+    """Schema v2: a ``uac.state`` value holds every fact about the entity (what a takeover folds)."""
+    own = [replace(f, user_id=row.user_id, entity_type=row.entity_type, entity_id=row.entity_id)
+           for f in about]
+    value = codec.encode_entity(row, own)
+    assert value is not None
+    back = codec.decode_state(state_key(row.user_id, row.entity_type, row.entity_id), value)
+    assert back.row == row and back.facts == tuple(sorted(own, key=lambda f: f.fact_id))
+
+
+def test_state_v1_records_read_with_no_facts_and_foreign_facts_are_refused(codec: AvroCodec) -> None:
+    row = EntityRow("maya", "allergy", "penicillin", True, {"substance": "penicillin"}, 2)
+    v1 = codec.readers.get_version("uac.state-value", 1)
+    datum = {k: v for k, v in entity_to_datum(row).items() if k != "facts_json"}
+    old = frame(v1.schema_id, write_body(fastavro.parse_schema(json.loads(v1.schema)), datum))
+    assert codec.decode_state(b"maya/allergy/penicillin", old) == EntityRecord(row, ())
+    other = Fact("f1", "maya", "allergy", "latex", Op.ASSERT, {}, datetime(2024, 1, 1, tzinfo=UTC),
+                 datetime(2024, 1, 1, tzinfo=UTC))
+    bad = codec.encode("uac.state", EntityRecord(row, (other,)))
+    with pytest.raises(CodecError, match="fact f1 of another entity"):
+        codec.decode_state(b"maya/allergy/penicillin", bad)
 
 
 @settings(max_examples=40, deadline=None)
@@ -325,7 +354,10 @@ def test_local_registry_refuses_gaps_and_keeps_ids_stable(tmp_path: Path) -> Non
     (tmp_path / "s" / "uac.alerts-value.v2.avsc").write_text(json.dumps(alerts_v2))
     after = LocalSchemaRegistry.from_dir(tmp_path / "s")
     for subject in before.subjects():  # a new version changes no existing id
-        assert before.latest(subject).schema_id == after.get_version(subject, 1).schema_id
+        for version in before.versions(subject):
+            assert before.get_version(subject, version).schema_id == \
+                after.get_version(subject, version).schema_id
+    assert after.latest("uac.alerts-value").schema_id == 1002
     (tmp_path / "s" / "uac.dlq-value.v3.avsc").write_text((SCHEMAS_DIR / "uac.dlq-value.v1.avsc").read_text())
     with pytest.raises(SchemaRegistryError, match=r"versions \[1, 3\]"):
         LocalSchemaRegistry.from_dir(tmp_path / "s")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import io
 import json
 import struct
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import unquote
@@ -24,8 +25,9 @@ from urllib.parse import unquote
 import fastavro
 
 from uac.checkpointer.records import EntityRow
+from uac.domains.facts import Fact
 from uac.errors import CodecError
-from uac.streams.avro_records import MAPPERS, DeadLetter, Mapper, micros
+from uac.streams.avro_records import MAPPERS, DeadLetter, EntityRecord, Mapper, micros
 from uac.streams.compat import backward_problems
 from uac.streams.registry import LocalSchemaRegistry, SchemaNotFoundError, SchemaRegistry
 from uac.streams.topics import TOPICS as TOPIC_SPECS
@@ -40,7 +42,7 @@ version of each subject is the reader schema."""
 T = TypeVar("T")
 
 
-__all__ = ["MAPPERS", "SCHEMAS_DIR", "TOPICS", "AvroCodec", "DeadLetter", "frame", "micros",
+__all__ = ["MAPPERS", "SCHEMAS_DIR", "TOPICS", "AvroCodec", "DeadLetter", "EntityRecord", "frame", "micros",
            "read_body", "subject_for", "unframe", "write_body"]
 
 
@@ -205,16 +207,21 @@ class AvroCodec:
             raise CodecError(f"{topic} value is a {type(record).__name__}, not a {kind.__name__}")
         return record
 
-    def encode_entity(self, row: EntityRow) -> bytes | None:
-        """A ``uac.state`` value: the entity, or None (the tombstone) when it no longer exists."""
-        return self.encode("uac.state", row) if row.exists else None
+    def encode_entity(self, row: EntityRow, facts: Sequence[Fact] = ()) -> bytes | None:
+        """A ``uac.state`` value: the entity with ``facts`` (every fact about it), or None (the
+        tombstone) when it no longer exists."""
+        return self.encode("uac.state", EntityRecord(row, tuple(facts))) if row.exists else None
 
     def decode_entity(self, key: bytes | str, value: bytes | None) -> EntityRow:
         """A ``uac.state`` record; a tombstone gives ``exists=False`` (and ``state_version`` 0)."""
+        return self.decode_state(key, value).row
+
+    def decode_state(self, key: bytes | str, value: bytes | None) -> EntityRecord:
+        """A ``uac.state`` record with the entity's facts; a tombstone gives ``exists=False``."""
         if value is not None:
-            return self.decode_as("uac.state", value, EntityRow)
+            return self.decode_as("uac.state", value, EntityRecord)
         text = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
         parts = [unquote(p) for p in text.split("/")]  # the inverse of topics.state_key
         if len(parts) != 3 or not all(parts):
             raise CodecError(f"uac.state key {text!r} is not user_id/entity_type/entity_id")
-        return EntityRow(parts[0], parts[1], parts[2], False, {}, 0)
+        return EntityRecord(EntityRow(parts[0], parts[1], parts[2], False, {}, 0))

@@ -16,10 +16,11 @@ import orjson
 from uac.checkpointer.fold import ChangeKind, EntityChange
 from uac.checkpointer.records import RECORD_VERSION, EntityRow, StateChange
 from uac.domains.facts import Fact, Op, Tick, WindowMark, canonical_json, iso, to_utc
-from uac.errors import CodecError
+from uac.errors import CodecError, ValidationError
 from uac.executor.alerts import Alert, AlertEvent, AlertEventKind, AlertStatus, Evidence
 from uac.executor.rules import Severity
 from uac.extraction.turns import Turn
+from uac.streams.codec import fact_from_dict, fact_to_dict
 from uac.streams.rejects import Reject
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -162,15 +163,49 @@ def observation_from_datum(value: tuple[str, dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def entity_to_datum(row: EntityRow) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class EntityRecord:
+    """A value of ``uac.state``: the entity's row and every fact about it (what a worker taking over
+    the partition folds to rebuild the entity; empty when written by schema version 1)."""
+
+    row: EntityRow
+    facts: tuple[Fact, ...] = ()
+
+
+def entity_to_datum(record: EntityRow | EntityRecord) -> dict[str, Any]:
+    row, facts = (record, ()) if isinstance(record, EntityRow) else (record.row, record.facts)
     return {"version": RECORD_VERSION, "user_id": row.user_id, "entity_type": row.entity_type,
             "entity_id": row.entity_id, "attributes_json": _json_text(row.attributes, "attributes"),
-            "state_version": row.state_version}
+            "state_version": row.state_version,
+            "facts_json": orjson.dumps([fact_to_dict(f) for f in sorted(facts, key=_fact_id)]).decode()}
 
 
-def entity_from_datum(d: dict[str, Any]) -> EntityRow:
-    return EntityRow(d["user_id"], d["entity_type"], d["entity_id"], True,
-                     _json_object(d["attributes_json"], "attributes_json"), d["state_version"])
+def _fact_id(fact: Fact) -> str:
+    return fact.fact_id
+
+
+def entity_from_datum(d: dict[str, Any]) -> EntityRecord:
+    row = EntityRow(d["user_id"], d["entity_type"], d["entity_id"], True,
+                    _json_object(d["attributes_json"], "attributes_json"), d["state_version"])
+    try:
+        items = orjson.loads(d.get("facts_json") or "[]")
+    except orjson.JSONDecodeError as exc:
+        raise CodecError(f"facts_json is not JSON: {exc}") from None
+    if not isinstance(items, list):
+        raise CodecError("facts_json must be a JSON array")
+    facts = []
+    for item in items:
+        if not isinstance(item, dict):
+            raise CodecError("facts_json holds a non-object")
+        try:
+            fact = fact_from_dict(item)
+        except ValidationError as exc:
+            raise CodecError(f"facts_json holds an invalid fact: {exc}") from None
+        if (fact.user_id, fact.entity_type, fact.entity_id) != (row.user_id, row.entity_type,
+                                                                 row.entity_id):
+            raise CodecError(f"facts_json holds fact {fact.fact_id} of another entity")
+        facts.append(fact)
+    return EntityRecord(row, tuple(facts))
 
 
 def state_change_to_datum(change: StateChange) -> dict[str, Any]:
@@ -227,7 +262,7 @@ MAPPERS: dict[str, Mapper] = {
     "uac.turns": ((Turn,), turn_to_datum, turn_from_datum),
     "uac.observations": ((Mapping, Tick), observation_to_datum, observation_from_datum),
     "uac.facts": ((Fact, Tick, WindowMark), log_record_to_datum, log_record_from_datum),
-    "uac.state": ((EntityRow,), entity_to_datum, entity_from_datum),
+    "uac.state": ((EntityRow, EntityRecord), entity_to_datum, entity_from_datum),
     "uac.state-changes": ((StateChange,), state_change_to_datum, state_change_from_datum),
     "uac.alerts": ((AlertEvent,), alert_event_to_datum, alert_event_from_datum),
     "uac.dlq": ((DeadLetter, Reject), dead_letter_to_datum, dead_letter_from_datum),

@@ -39,11 +39,19 @@ class OutRecord:
     partition: int
 
 
-def batch_records(batch: CommitBatch, codec: AvroCodec, partitions: int) -> list[OutRecord]:
-    """The Kafka records of a commit batch: entities, then state changes, then alert events."""
+EntityFacts = dict[tuple[str, str, str], dict[str, Fact]]
+"""(user, entity type, entity id) -> fact id -> fact: every fact about each entity."""
+
+
+def batch_records(batch: CommitBatch, codec: AvroCodec, partitions: int,
+                  facts_of: EntityFacts | None = None) -> list[OutRecord]:
+    """The Kafka records of a commit batch: entities (each with every fact about it, from
+    ``facts_of``), then state changes, then alert events."""
     out: list[OutRecord] = []
+    facts_of = facts_of or {}
     for (user, etype, eid), row in batch.entities.items():
-        out.append(OutRecord(STATE, state_key(user, etype, eid), codec.encode_entity(row),
+        about = list(facts_of.get((user, etype, eid), {}).values())
+        out.append(OutRecord(STATE, state_key(user, etype, eid), codec.encode_entity(row, about),
                              partition_for(user, partitions)))
     for change in batch.state_changes:
         out.append(OutRecord(STATE_CHANGES, user_key(change.user_id), codec.encode(STATE_CHANGES, change),
@@ -56,7 +64,10 @@ def batch_records(batch: CommitBatch, codec: AvroCodec, partitions: int) -> list
 
 
 class PublishingStateStore(StateStore):
-    """An in-memory store whose commits also collect their outputs as Kafka records."""
+    """An in-memory store whose commits also collect their outputs as Kafka records.
+
+    It indexes every fact by its entity, so each ``uac.state`` record carries the facts its entity
+    is folded from; :meth:`restore` loads what a takeover read back from the topics."""
 
     def __init__(self, partitions: int, *, codec: AvroCodec | None = None,
                  inner: InMemoryStateStore | None = None) -> None:
@@ -64,6 +75,28 @@ class PublishingStateStore(StateStore):
         self.codec = codec or AvroCodec()
         self.inner = inner if inner is not None else InMemoryStateStore()
         self._pending: list[OutRecord] = []
+        self._facts_of: EntityFacts = {}
+        self._fact_ids: set[str] = set()
+        self._restored_versions: dict[str, int] = {}
+
+    def restore(self, batch: CommitBatch, versions: dict[str, int]) -> None:
+        """Load a partition's state read back from ``uac.state`` and ``uac.alerts`` (its facts,
+        entities, alert events and checkpoint), publishing nothing; ``versions``: each user's
+        latest state version seen."""
+        self._index(batch)
+        self.inner.commit(batch)
+        self._restored_versions.update(versions)
+
+    def has_fact(self, fact_id: str) -> bool:
+        """Whether the store already holds this fact (e.g. a restored one, read again from
+        ``uac.facts`` after the last committed offset)."""
+        return fact_id in self._fact_ids
+
+    def _index(self, batch: CommitBatch) -> None:
+        facts_of, ids = self._facts_of, self._fact_ids
+        for _, fact, _ in batch.facts:
+            facts_of.setdefault((fact.user_id, fact.entity_type, fact.entity_id), {})[fact.fact_id] = fact
+            ids.add(fact.fact_id)
 
     def drain(self) -> list[OutRecord]:
         """The records collected since the last drain (and forget them)."""
@@ -75,7 +108,8 @@ class PublishingStateStore(StateStore):
         return self.inner.checkpoint()
 
     def commit(self, batch: CommitBatch) -> None:
-        records = batch_records(batch, self.codec, self.partitions)  # encode first: may raise
+        self._index(batch)
+        records = batch_records(batch, self.codec, self.partitions, self._facts_of)  # may raise
         self.inner.commit(batch)
         self._pending.extend(records)
 
@@ -87,7 +121,7 @@ class PublishingStateStore(StateStore):
         return self.inner.users()
 
     def user_version(self, user_id: str) -> int:
-        return self.inner.user_version(user_id)
+        return max(self.inner.user_version(user_id), self._restored_versions.get(user_id, 0))
 
     def entities(self, user_id: str) -> list[EntityRow]:
         return self.inner.entities(user_id)
