@@ -40,9 +40,9 @@ from uac.streams.rejects import InMemoryRejectStore, JsonlRejectStore, Reject
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "FactStatus", "FactView", "ReplaySummary", "alert_events", "alerts", "facts", "ingest",
-    "ingest_turns", "query", "read_locomo", "rejects", "replay", "state", "tick", "usage",
-    "user_state", "users",
+    "FactStatus", "FactView", "ReplaySummary", "alert_events", "alerts", "fact_views", "facts",
+    "ingest", "ingest_turns", "query", "read_locomo", "rejects", "replay", "select_alerts", "state",
+    "tick", "usage", "user_state", "users",
 ]
 
 
@@ -221,7 +221,11 @@ class FactView:
 
 def facts(user_id: str, *, settings: Settings) -> list[FactView]:
     """Every fact of the user, in (valid time, observed time, id) order, with its status."""
-    user = user_state(user_id, settings=settings)
+    return fact_views(user_state(user_id, settings=settings))
+
+
+def fact_views(user: UserState) -> list[FactView]:
+    """Every fact of a folded user state, in (valid time, observed time, id) order, with its status."""
     out = []
     for entity in user.entities.values():
         winners = set(entity.live_fact_ids()) if entity.exists else set()
@@ -246,7 +250,11 @@ def alerts(user_id: str, *, settings: Settings,
            status: AlertStatus | None = None) -> list[Alert]:
     """The user's alerts (open and resolved unless ``status`` says which), by raise time."""
     with _reader(settings) as store:
-        found = store.alerts(user_id)
+        return select_alerts(store.alerts(user_id), status)
+
+
+def select_alerts(found: Iterable[Alert], status: AlertStatus | None = None) -> list[Alert]:
+    """The alerts with this status (all if None), by raise time."""
     chosen = [a for a in found if status is None or a.status is status]
     return sorted(chosen, key=lambda a: (a.raised_at, a.alert_id))
 

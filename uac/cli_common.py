@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-import orjson
 
-from uac.domains.facts import iso, to_utc
+from uac.domains.facts import to_utc
 from uac.errors import UacError
+from uac.render import dumps
 from uac.settings import Settings
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -22,19 +22,8 @@ EXAMPLE = Path(__file__).parent / "examples" / "demo_conversation.jsonl"
 EXAMPLE_OBSERVATIONS = Path(__file__).parent / "examples" / "demo.jsonl"
 
 
-def _default(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return iso(value)
-    if hasattr(value, "isoformat"):
-        return value.isoformat()
-    if isinstance(value, set | frozenset | tuple):
-        return list(value)
-    return str(value)
-
-
 def emit_json(data: Any) -> None:
-    click.echo(orjson.dumps(data, default=_default, option=orjson.OPT_INDENT_2
-                            | orjson.OPT_NON_STR_KEYS).decode())
+    click.echo(dumps(data).decode())
 
 
 def _time(ctx: click.Context, param: click.Parameter, value: str | None) -> datetime | None:

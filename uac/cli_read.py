@@ -23,7 +23,8 @@ from uac.cli_common import (
 from uac.domains.catalog import entity_types
 from uac.domains.facts import iso
 from uac.executor.alerts import Alert, AlertStatus
-from uac.streams.codec import alert_to_dict, fact_to_dict
+from uac.render import alert_records, entity_records, fact_records, query_record
+from uac.streams.codec import alert_to_dict
 
 JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON for programs.")
 
@@ -66,9 +67,7 @@ def state(ctx: click.Context, user: str, known_at: datetime | None, valid_at: da
     """What the memory knows about USER now (or as of a past time)."""
     rows = api.state(user, settings=settings_of(ctx), known_at=known_at, valid_at=valid_at)
     if as_json:
-        emit_json([{"entity_type": r.entity_type, "entity_id": r.entity_id,
-                    "attributes": r.attributes, "state_version": r.state_version}
-                   for r in rows])
+        emit_json(entity_records(rows))
     else:
         _print_state(user, rows)
 
@@ -88,8 +87,7 @@ def facts(ctx: click.Context, user: str, entity: str | None, as_json: bool) -> N
         views = [v for v in views if v.fact.entity_type == etype
                  and (not eid or v.fact.entity_id == eid)]
     if as_json:
-        emit_json([{**fact_to_dict(v.fact), "status": v.status.value,
-                    "superseded_by": list(v.superseded_by)} for v in views])
+        emit_json(fact_records(views))
         return
     for v in views:
         f = v.fact
@@ -126,7 +124,7 @@ def alerts(ctx: click.Context, user: str, status: str | None, history: bool,
     found = api.alerts(user, settings=settings,
                        status=AlertStatus(status) if status else None)
     if as_json:
-        emit_json([alert_to_dict(a) for a in found])
+        emit_json(alert_records(found))
     elif not found:
         click.echo(f"{user}: no alerts")
     else:
@@ -152,7 +150,7 @@ def query(ctx: click.Context, user: str, sql: str, as_json: bool) -> None:
     """
     result = api.query(user, sql, settings=settings_of(ctx))
     if as_json:
-        emit_json({"columns": list(result.columns), "rows": result.rows})
+        emit_json(query_record(result))
         return
     click.echo("\t".join(result.columns))
     for row in result.rows:

@@ -21,6 +21,10 @@ from uac.settings import Settings
               envvar="UAC_WORKER_PORT", help="Port of the web server (/health, /metrics).")
 @click.option("--bind", "web_bind", default="127.0.0.1", show_default=True, envvar="UAC_WORKER_BIND",
               help="Address the web server listens on (0.0.0.0 in a container).")
+@click.option("--advertise-url", default=None, envvar="UAC_WORKER_ADVERTISE_URL",
+              help="The URL other workers reach this one's web server at, to forward queries for the "
+                   "users of its partitions (default http://BIND:PORT, the host name for a wildcard "
+                   "bind); distinct per worker.")
 @click.option("--idle-timeout", type=click.FloatRange(min=0.05), default=2.0, show_default=True,
               envvar="UAC_WORKER_IDLE_TIMEOUT",
               help="Seconds without a new turn after which a user's open extraction window closes "
@@ -40,7 +44,7 @@ from uac.settings import Settings
 @handle_errors
 def worker(ctx: click.Context, bootstrap: str | None, partitions: int | None, prefix: str | None,
            worker_id: str, web_port: int, web_bind: str, idle_timeout: float, loglevel: str,
-           session_timeout: float | None, checkpoint: bool) -> None:
+           session_timeout: float | None, checkpoint: bool, advertise_url: str | None) -> None:
     """Run a Kafka worker: the extraction agent of uac, as a faust-streaming app.
 
     \b
@@ -55,7 +59,9 @@ def worker(ctx: click.Context, bootstrap: str | None, partitions: int | None, pr
                          observations, model answers that do not validate), with the
                          reason and the source topic/partition/offset
     A record's offset is committed only after its outputs were written (a turn's, once
-    its window's facts are). Web: http://BIND:PORT/health and /metrics (Prometheus).
+    its window's facts are). Web: http://BIND:PORT/health and /metrics (Prometheus);
+    with --checkpoint also /users/USER/state, /facts, /alerts and /query?sql=... (a
+    user of another worker's partition is forwarded there).
     Stops cleanly on SIGTERM or Ctrl-C; topics must exist (uac topics create).
     """
     from uac.streams.worker import run_worker
@@ -72,7 +78,8 @@ def worker(ctx: click.Context, bootstrap: str | None, partitions: int | None, pr
     if overrides:
         settings = Settings(**{**settings.model_dump(), **overrides})  # validated again
     run_worker(settings, worker_id, web_port, web_bind=web_bind, idle_timeout=idle_timeout,
-               loglevel=loglevel, session_timeout=session_timeout, checkpoint=checkpoint)
+               loglevel=loglevel, session_timeout=session_timeout, checkpoint=checkpoint,
+               advertise_url=advertise_url)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -38,6 +38,7 @@ from uac.metrics import Metrics
 from uac.settings import Settings
 from uac.streams.worker_checkpoint import CheckpointAgent
 from uac.streams.worker_extract import FACTS, OBSERVATIONS, TURNS, ExtractionAgent, Source
+from uac.streams.worker_query import JSON_TYPE, NEEDS_CHECKPOINT, QuerySide, Rebuilds, default_url, error
 
 log = logging.getLogger(__name__)
 APP_ID = "uac"
@@ -69,13 +70,16 @@ def app_id(settings: Settings) -> str:
 def make_app(settings: Settings, *, worker_id: str = "w1", web_port: int = DEFAULT_WEB_PORT,
              web_bind: str = "127.0.0.1", idle_timeout: float = 2.0, metrics: Metrics | None = None,
              extractor: Extractor | None = None, datadir: Path | None = None,
-             session_timeout: float | None = None, checkpoint: bool = False) -> Any:
+             session_timeout: float | None = None, checkpoint: bool = False,
+             advertise_url: str | None = None) -> Any:
     """A faust app (``faust.App``) running the extraction agent (see the module docstring); it updates
     ``metrics`` (pass one to read it in-process). ``session_timeout``: seconds before the group
     gives a silent worker's partitions to the others (None: faust's default, 60 s, or
     ``BROKER_SESSION_TIMEOUT``). ``checkpoint``: also run the checkpoint agent on ``uac.facts``
     (:mod:`uac.streams.worker_checkpoint`; its topic never commits offsets and is read from the
-    start on assignment, since its state is in memory only)."""
+    start on assignment, since its state is in memory only). ``advertise_url``: where the other
+    workers reach this one's web server (default ``http://BIND:PORT``; see
+    :mod:`uac.streams.worker_query`)."""
     import faust
     from prometheus_client import generate_latest
 
@@ -105,6 +109,7 @@ def make_app(settings: Settings, *, worker_id: str = "w1", web_port: int = DEFAU
         web_port=web_port,
         web_bind=web_bind,
         web_host=web_bind,
+        canonical_url=advertise_url or default_url(web_bind, web_port),
         **liveness,
     )
 
@@ -143,6 +148,7 @@ def make_app(settings: Settings, *, worker_id: str = "w1", web_port: int = DEFAU
         checkpoint_agent = CheckpointAgent(send, settings=settings, partitions=settings.kafka_partitions,
                                            prefix=prefix, metrics=metrics, idle_timeout=idle_timeout)
         facts_topic = prefix + FACTS
+        rebuilds = Rebuilds(checkpoint_agent)  # for the query side, below
         # acks=False: acknowledging a uac.facts record commits nothing (state is rebuilt from the start)
         facts = app.topic(facts_topic, key_serializer="raw", value_serializer="raw", acks=False)
 
@@ -151,6 +157,7 @@ def make_app(settings: Settings, *, worker_id: str = "w1", web_port: int = DEFAU
             assert checkpoint_agent is not None
             async for event in stream.noack().events():
                 await checkpoint_agent.on_fact(source(event), event.value, event.ack)
+                rebuilds.seen(event.message.partition, event.message.offset)
 
         @app.timer(interval=max(0.05, min(1.0, idle_timeout / 2)))  # type: ignore[untyped-decorator]
         async def close_idle_checkpoint_windows() -> None:
@@ -173,6 +180,44 @@ def make_app(settings: Settings, *, worker_id: str = "w1", web_port: int = DEFAU
         if checkpoint_agent is not None:
             revoked = args[0] if args else kwargs.get("revoked", set())
             await checkpoint_agent.revoke({tp.partition for tp in revoked if tp.topic == prefix + FACTS})
+
+    # -- the query side (uac.streams.worker_query): /users/{user}/state|facts|alerts|query ----------
+    reads: QuerySide | None = None
+    if checkpoint_agent is not None:
+        from faust.types import TP
+
+        async def end_offsets(partitions: list[int]) -> dict[int, int]:
+            ends = await app.consumer.highwaters(*(TP(prefix + FACTS, p) for p in partitions))
+            return {tp.partition: int(end) for tp, end in ends.items()}
+
+        reads = QuerySide(checkpoint_agent, rebuilds, worker_id=worker_id, url=str(app.conf.canonical_url),
+                          facts_topic=prefix + FACTS, partitions=settings.kafka_partitions,
+                          owners=app.router.external_topics_metadata, end_offsets=end_offsets)
+
+        @app.on_partitions_assigned.connect
+        async def query_side_assigned(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+            assert reads is not None
+            assigned = args[0] if args else kwargs.get("assigned", set())
+            reads.assigned(tp.partition for tp in assigned if tp.topic == prefix + FACTS)
+
+        @app.on_partitions_revoked.connect
+        async def query_side_revoked(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+            revoked = args[0] if args else kwargs.get("revoked", set())
+            rebuilds.revoked(tp.partition for tp in revoked if tp.topic == prefix + FACTS)
+
+    @app.page("/users/{user}/{kind}")
+    class UserReads(faust.web.View):
+        """GET /users/{user}/state|facts|alerts|query?sql=..., POST /users/{user}/query (SQL body)."""
+
+        async def get(self, request: Any, user: str, kind: str) -> Any:
+            if reads is None:
+                reply = error(409, NEEDS_CHECKPOINT)
+            else:
+                reply = await reads.respond(kind, user, request)
+            return self.bytes(reply.body, content_type=JSON_TYPE, status=reply.status, headers=reply.headers)
+
+        async def post(self, request: Any, user: str, kind: str) -> Any:
+            return await self.get(request, user, kind)
 
     @app.page("/health")
     async def health(view: Any, request: Any) -> Any:
@@ -200,7 +245,7 @@ async def check_topics(settings: Settings) -> None:
 def run_worker(settings: Settings, worker_id: str = "w1", web_port: int = DEFAULT_WEB_PORT, *,
                web_bind: str = "127.0.0.1", idle_timeout: float = 2.0, loglevel: str = "info",
                check: bool = True, session_timeout: float | None = None,
-               checkpoint: bool = False) -> None:
+               checkpoint: bool = False, advertise_url: str | None = None) -> None:
     """Check the topics, then run the worker until SIGTERM/SIGINT (blocks; exits the process the way
     faust's worker does)."""
     import faust
@@ -210,7 +255,8 @@ def run_worker(settings: Settings, worker_id: str = "w1", web_port: int = DEFAUL
     if check:
         loop.run_until_complete(check_topics(settings))
     app = make_app(settings, worker_id=worker_id, web_port=web_port, web_bind=web_bind,
-                   idle_timeout=idle_timeout, session_timeout=session_timeout, checkpoint=checkpoint)
+                   idle_timeout=idle_timeout, session_timeout=session_timeout, checkpoint=checkpoint,
+                   advertise_url=advertise_url)
     worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False, loop=loop)
 
     def quiet_loggers() -> None:

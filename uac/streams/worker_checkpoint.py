@@ -250,3 +250,15 @@ class CheckpointAgent:
         self.metrics.rejects.labels(step_id).inc()
         self.dead_letters += 1
         await (await self.send(self.prefix + DLQ, key, self.codec.encode(DLQ, letter), partition))
+
+    # -- read accessors (the query side, :mod:`uac.streams.worker_query`) -------------------------
+
+    def log_end(self, partition: int) -> int:
+        """The end offset of the partition's in-memory log (0 without state)."""
+        part = self._parts.get(partition)
+        return 0 if part is None else part.log.end_offset()
+
+    def folded_offset(self, partition: int) -> int:
+        """How far the partition's log is folded into its state (its checkpoint's log offset)."""
+        part = self._parts.get(partition)
+        return 0 if part is None else part.store.checkpoint().log_offset
