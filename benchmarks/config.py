@@ -44,6 +44,13 @@ class Config:
     query_rounds: int = 30
     cli_runs: int = 3
 
+    # Kafka: worker end to end vs a passthrough, turn -> alert latency
+    kafka_users: int = 250
+    kafka_sessions: int = 8
+    kafka_repeats: int = 3
+    kafka_latency_samples: int = 150
+    kafka_latency_interval: float = 0.1
+
     @classmethod
     def make(cls, *, quick: bool, work: Path, use_cache: bool = True,
              replay_timeout: float | None = None, replay_facts: int | None = None) -> Config:
@@ -54,7 +61,8 @@ class Config:
                       replay_timeout=120.0, history_small=1_000, history_mid=5_000,
                       history_large=20_000, new_facts=15, new_facts_warmup=3,
                       baseline_repeats=1, query_records=20_000, query_other_users=5,
-                      query_other_facts=1_000, query_rounds=10, cli_runs=1)
+                      query_other_facts=1_000, query_rounds=10, cli_runs=1, kafka_users=150,
+                      kafka_sessions=6, kafka_repeats=1, kafka_latency_samples=50)
         else:
             cfg = cls(quick=False, work=work, use_cache=use_cache)
         changes: dict[str, object] = {}

@@ -9,10 +9,12 @@ One run measures, in order:
    fact (the prototype's approach) at 10k facts of history;
 3. aggregate query latency over one user's 100,000 records;
 4. replay of a 1,000,000-fact log end to end, and its peak memory;
-5. the extraction stage over the LoCoMo conversations with the offline model.
+5. the extraction stage over the LoCoMo conversations with the offline model;
+6. the Kafka worker on a real broker: turns/s end to end against a raw aiokafka
+   passthrough of the same turns, and turn -> alert latency (p50/p99).
 
 Options: ``--quick`` (smaller sizes, for development; writes
-``results-quick.json``), ``--only fold,checkpoint,query,replay,extract``,
+``results-quick.json``), ``--only fold,checkpoint,query,replay,extract,kafka``,
 ``--replay-timeout S``, ``--no-cache`` (regenerate the cached logs),
 ``--strict`` (exit 1 if a target fails). Generated logs are cached in
 ``benchmarks/.cache`` (keyed by the generator's and uac's codec source).
@@ -33,7 +35,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks import bench_checkpoint, bench_extract, bench_fold, bench_query, bench_replay
+from benchmarks import (
+    bench_checkpoint,
+    bench_extract,
+    bench_fold,
+    bench_kafka,
+    bench_query,
+    bench_replay,
+)
 from benchmarks.config import Config
 from benchmarks.harness import Figure, cpu_counters, machine_info, render_table, settle, steal_share
 
@@ -44,6 +53,7 @@ BENCHES: dict[str, Callable[[Config], list[Figure]]] = {
     "query": bench_query.run,
     "replay": bench_replay.run,
     "extract": bench_extract.run,
+    "kafka": bench_kafka.run,
 }
 METHOD = {
     "timing": "time.perf_counter; garbage collected before each timed call/phase; medians of the "
@@ -57,6 +67,7 @@ METHOD = {
     "query": bench_query.__doc__,
     "replay": bench_replay.__doc__,
     "extract": bench_extract.__doc__,
+    "kafka": bench_kafka.__doc__,
 }
 
 
