@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from uac.checkpointer.fold import fold
+from uac.checkpointer.state import UserState
 from uac.domains.facts import Fact, Tick, to_utc
 from uac.extraction.extractor import Extractor
 from uac.extraction.model import OFFLINE_MODEL, LiteLLMModel
@@ -50,12 +52,24 @@ def demo() -> tuple[list[Turn], datetime]:
     return turns, ticks[0]
 
 
-def expected_fact_ids(turns: list[Turn]) -> set[str]:
-    """What the extraction stage makes of these turns in-process (state None, the same windows)."""
+def extracted(turns: list[Turn]) -> list[tuple[list[Turn], list[Fact]]]:
+    """What the extraction stage makes of these turns in-process: the worker's windows (closed by the
+    policy, or at the end of a user's turns), each extracted with the user's state so far (the facts of
+    the user's earlier windows, folded), as the embedded pipeline extracts them."""
     windows = TurnWindows(window_policy(Settings()))
     closed = [w for t in turns for w in windows.add(t)] + windows.flush()
     extractor = Extractor(LiteLLMModel(OFFLINE_MODEL))
-    return {f.fact_id for w in closed for f in extractor.extract(w, None).facts}
+    states: dict[str, UserState] = {}
+    out = []
+    for window in closed:
+        facts = extractor.extract(window, states.get(window[0].user_id)).facts
+        fold(facts, states)
+        out.append((window, facts))
+    return out
+
+
+def expected_fact_ids(turns: list[Turn]) -> set[str]:
+    return {f.fact_id for _, facts in extracted(turns) for f in facts}
 
 
 def free_port() -> int:
@@ -146,7 +160,8 @@ def running_worker(bootstrap: str, tmp_path: Path,
 
 
 async def produce(bootstrap: str, prefix: str, turns: list[Turn], *,
-                  raw: tuple[tuple[bytes, bytes], ...] = (), tick: datetime | None = None) -> None:
+                  raw: tuple[tuple[bytes, bytes], ...] = (), tick: datetime | None = None,
+                  tick_user: str | None = None) -> None:
     from aiokafka import AIOKafkaProducer
 
     from uac.client import UacProducer
@@ -164,7 +179,7 @@ async def produce(bootstrap: str, prefix: str, turns: list[Turn], *,
         for turn in turns:
             await client.send_turn(turn)
         if tick is not None:
-            await client.send_tick(tick, user_id=turns[0].user_id)
+            await client.send_tick(tick, user_id=tick_user or turns[0].user_id)
 
 
 async def wait_committed(bootstrap: str, group: str, topic: str, partition: int, target: int,

@@ -65,13 +65,17 @@ def test_checkpoint_agent_publishes_the_demo_alerts_and_state(
     """Compares SETS of (alert_id, kind), not event lists: the worker cuts checkpoint windows by its
     own arrival order and idle timer, so its windows differ from the embedded ones and alert event
     times (``at``) and sequence numbers may differ. The expected alerts come from an embedded pipeline
-    fed the very facts and ticks the worker wrote to ``uac.facts`` (extraction in the worker gets no
-    user state, the embedded extraction gets the manifest); the plain ``api.ingest`` of the demo file
-    is checked too when its facts are the same."""
+    fed the very facts and ticks the worker wrote to ``uac.facts``, and equal those of the plain
+    ``api.ingest`` of the demo file (the worker extracts with the user's state, as the embedded
+    pipeline; the tick is produced once the turns' facts are out, see tests/test_worker_e2e.py)."""
     proc, prefix = checkpoint_worker
     bootstrap = kafka_broker.bootstrap
     turns, tick = demo()
-    asyncio.run(produce(bootstrap, prefix, turns, tick=tick))
+    asyncio.run(produce(bootstrap, prefix, turns))
+    last = Tick(max(t.timestamp for t in turns))
+    asyncio.run(consume(bootstrap, prefix + "uac.facts", lambda out: any(v == last for *_, v in out),
+                        timeout=60))  # the last window is out
+    asyncio.run(produce(bootstrap, prefix, [], tick=tick, tick_user="maya"))
 
     # 1. the facts the worker extracted (the test of extraction itself is tests/test_worker.py)
     fact_ids = expected_fact_ids(turns)
@@ -91,8 +95,8 @@ def test_checkpoint_agent_publishes_the_demo_alerts_and_state(
     plain = Settings(data_dir=tmp_path / "plain")
     api.ingest(DEMO, settings=plain)
     plain_alerts = {(e.alert.alert_id, e.kind) for e in api.alert_events("maya", settings=plain)}
-    print(f"embedded over the worker's facts: {len(expected)} alert events; plain embedded ingest: "
-          f"{len(plain_alerts)}; equal: {plain_alerts == expected}")
+    assert plain_alerts == expected, (f"plain ingest only: {plain_alerts - expected}; over the worker's "
+                                      f"facts only: {expected - plain_alerts}")
 
     # 3. the worker's alerts
     def alert_set(out: list[Any]) -> set[Any]:

@@ -21,17 +21,12 @@ from typing import Any
 
 import pytest
 
-from tests.test_worker import demo, free_port, stop_process
+from tests.test_worker import demo, extracted, free_port, stop_process
 from uac.domains.facts import Tick
-from uac.extraction.extractor import Extractor
 from uac.extraction.locomo import locomo_turns
-from uac.extraction.model import OFFLINE_MODEL, LiteLLMModel
 from uac.extraction.turns import Turn
-from uac.extraction.windows import TurnWindows
-from uac.settings import Settings
 from uac.streams.avro import AvroCodec
 from uac.streams.topics import ensure_topics, fact_key
-from uac.streams.worker import window_policy
 from uac.streams.worker_extract import tick_key
 
 PARTITIONS = 4
@@ -72,13 +67,10 @@ class Expected:
 
 def expected_outputs(turns: list[Turn]) -> Expected:
     """What the worker produces from these turns when every window closes by the policy or at the end
-    of the user's turns (state None, the worker's window policy)."""
-    windows = TurnWindows(window_policy(Settings()))
-    closed = [w for t in turns for w in windows.add(t)] + windows.flush()
-    extractor = Extractor(LiteLLMModel(OFFLINE_MODEL))
+    of the user's turns (:func:`tests.test_worker.extracted`: each window with the user's state)."""
     out = Expected()
-    for window in closed:
-        for fact in extractor.extract(window, None).facts:
+    for window, facts in extracted(turns):
+        for fact in facts:
             out.facts[fact_key(fact.user_id, fact.fact_id)] = fact.fact_id
         out.ticks.add(tick_key(window[0].user_id, Tick(max(t.timestamp for t in window))))
     return out

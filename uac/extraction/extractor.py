@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from uac.checkpointer.state import UserState
-from uac.domains.facts import Fact, iso
+from uac.domains.facts import Fact, JsonValue, iso
 from uac.errors import ModelError
 from uac.extraction.answer import AnswerError, Window, parse_answer, validate_facts
 from uac.extraction.model import ChatModel, ModelAnswer
@@ -29,6 +29,8 @@ from uac.streams.rejects import Reject
 
 log = logging.getLogger(__name__)
 CALL_VERSION = 1
+SOURCE_PREFIX = "extract:"
+"""Every extracted fact's ``source`` starts with it (then the prompt version and the model)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,11 +110,18 @@ class Extractor:
         self.model = model
         self.retry = retry or RetryPolicy()
         self.manifest_limit = manifest_limit
-        self.source = f"extract:{PROMPT_VERSION}:{model.name}"
+        self.source = f"{SOURCE_PREFIX}{PROMPT_VERSION}:{model.name}"
         self._sleep = sleep
 
-    def extract(self, turns: Sequence[Turn], state: UserState | None = None) -> WindowResult:
-        """Extract one window of one user's turns; ``state`` is what memory holds for the user."""
+    def manifest(self, state: UserState | None) -> list[dict[str, JsonValue]]:
+        """The prompt's index of what memory holds for the user (:func:`manifest_of`)."""
+        return manifest_of(state, self.manifest_limit)
+
+    def extract(self, turns: Sequence[Turn], state: UserState | None = None, *,
+                manifest: list[dict[str, JsonValue]] | None = None) -> WindowResult:
+        """Extract one window of one user's turns; ``state`` is what memory holds for the user
+        (or ``manifest``: its :meth:`manifest`, built by a caller whose state may change while the
+        model runs in another thread)."""
         started = time.perf_counter()
         user_id = turns[0].user_id
         if any(t.user_id != user_id for t in turns):
@@ -120,7 +129,8 @@ class Extractor:
         result = WindowResult(user_id, turns)
         if not any(t.from_user for t in turns):
             return result  # assistant turns only: nothing the user said, no call
-        manifest = manifest_of(state, self.manifest_limit)
+        if manifest is None:
+            manifest = self.manifest(state)
         window = Window(user_id, turns, frozenset(
             fid for entry in manifest for fid in entry["facts"]))
         usage = _Usage()

@@ -19,6 +19,13 @@ consumer reads them again from the committed offset, here or on the partition's 
 a window is extracted twice; the facts then have the same ids and the same ``user/fact_id`` keys,
 which compaction collapses.
 
+What memory holds: each window is extracted with the manifest of the user's folded state, as the
+embedded pipeline extracts it, so a correction can reuse an entity's id and name the facts it
+supersedes. The state is the agent's :class:`~uac.streams.worker_view.FactView`: the facts it wrote
+(folded in once the broker has them), and, for a partition it is assigned (:meth:`ExtractionAgent.assign`),
+the facts already on ``uac.facts``, read back before any window of the partition is extracted (windows
+closing meanwhile wait; a revoked partition's view is dropped and its waiting windows with it).
+
 Open windows close by the :class:`~uac.extraction.windows.WindowPolicy` (session end, turns, chars,
 span) and by :meth:`ExtractionAgent.close_idle` (a timer): a user whose window got no turn for
 ``idle_timeout`` seconds of wall time (the end of the input, as far as the worker can tell).
@@ -30,7 +37,8 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +53,7 @@ from uac.metrics import Metrics
 from uac.streams.avro import AvroCodec, DeadLetter
 from uac.streams.observations import parse_observation
 from uac.streams.topics import fact_key, partition_for, user_key, user_of_key
+from uac.streams.worker_view import Batch, FactView
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +67,9 @@ Send = Callable[[str, bytes | None, bytes, int], Awaitable[Awaitable[Any]]]
 """``await send(topic, key, value, partition)`` queues the record in the producer (records queued in
 order stay in order per partition) and gives an awaitable that resolves once the broker has it."""
 Ack = Callable[[], Any]
+ReadFacts = Callable[[str, Collection[int]], AsyncGenerator[Batch, None]]
+"""``read(topic, partitions)``: the records of ``uac.facts`` up to their end offsets
+(:func:`~uac.streams.worker_view.read_facts` bound to a bootstrap address)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +109,8 @@ class ExtractionAgent:
     def __init__(self, extractor: Extractor, send: Send, *, partitions: int, prefix: str = "",
                  policy: WindowPolicy | None = None, codec: AvroCodec | None = None,
                  metrics: Metrics | None = None, idle_timeout: float = 2.0,
-                 clock: Callable[[], float] = time.monotonic, offload: bool = True) -> None:
+                 clock: Callable[[], float] = time.monotonic, offload: bool = True,
+                 read: ReadFacts | None = None, retry_delay: float = 1.0) -> None:
         self.extractor = extractor
         self.send = send
         self.partitions = partitions
@@ -109,8 +122,15 @@ class ExtractionAgent:
         self.clock = clock
         self.offload = offload
         """Run the (blocking) model call in a thread, so the event loop keeps serving."""
+        self.read = read
+        """Reads ``uac.facts`` back on assignment (None: a partition starts empty and ready)."""
+        self.retry_delay = retry_delay
+        self.view = FactView(partitions)
         self._slots: dict[tuple[int, str], _Slot] = {}
         self._lock = asyncio.Lock()
+        self._observing = asyncio.Lock()
+        self._revoked: set[int] = set()
+        self._rebuilds: dict[asyncio.Task[None], set[int]] = {}
         self.pending_turns = Gauge("uac_worker_pending_turns", "Turns waiting in open extraction windows",
                                    registry=self.metrics.registry)
         self.dead_letters = 0
@@ -120,6 +140,10 @@ class ExtractionAgent:
 
     async def on_observation(self, source: Source, value: bytes | None, ack: Ack) -> None:
         """One ``uac.observations`` record: its fact or tick on ``uac.facts``, or a dead letter."""
+        async with self._observing:  # a rebalance waits for it (reset): its fact is then on the log
+            await self._observe(source, value, ack)
+
+    async def _observe(self, source: Source, value: bytes | None, ack: Ack) -> None:
         self.metrics.records_in.labels(STEP_OBSERVATIONS).inc()
         try:
             data = self.codec.decode(OBSERVATIONS, value)  # type: ignore[arg-type]
@@ -139,6 +163,7 @@ class ExtractionAgent:
                                     partition_for(user, self.partitions)))
         else:
             await (await self._send_fact(record))
+            self.view.fold_in(record)
             self.facts_sent += 1
             self.metrics.facts_appended.inc()
         ack()
@@ -161,7 +186,9 @@ class ExtractionAgent:
             slot.held.append(_Held(source, ack))
             slot.last_seen = self.clock()
             for window in closed:
-                await self._emit(slot, window)
+                if not await self._emit(source.partition, slot, window):
+                    slot.held.clear()  # revoked meanwhile: never acknowledged, read again
+                    break
             if not slot.held:
                 del self._slots[slot_key]
             self._update_gauge()
@@ -175,22 +202,93 @@ class ExtractionAgent:
                 if now - slot.last_seen < self.idle_timeout:
                     continue
                 for window in slot.windows.flush():
-                    await self._emit(slot, window)
+                    if not await self._emit(slot_key[0], slot, window):
+                        slot.held.clear()
+                        break
                     closed += 1
                 if not slot.held:
                     del self._slots[slot_key]
             self._update_gauge()
         return closed
 
-    async def reset(self) -> None:
+    async def reset(self, revoked: Collection[int] = ()) -> None:
         """Forget every open window without acknowledging its turns (a rebalance: they are read again
-        from the committed offsets)."""
-        async with self._lock:
+        from the committed offsets), and the views of the ``revoked`` partitions (their windows
+        waiting for a rebuild give up)."""
+        self._revoked.update(revoked)
+        for partition in revoked:
+            self.view.drop(partition)
+        for task, partitions in list(self._rebuilds.items()):
+            if partitions <= self._revoked:
+                task.cancel()
+        async with self._lock, self._observing:
             dropped = sum(len(s.held) for s in self._slots.values())
             self._slots.clear()
             self._update_gauge()
         if dropped:
             log.info("rebalance: dropped %d turn(s) of open windows; they will be read again", dropped)
+
+    def assign(self, partitions: Collection[int]) -> None:
+        """The worker got these partitions: rebuild their views from ``uac.facts`` (in a task; until
+        it is done, their windows wait)."""
+        generations = {p: self.view.assign(p) for p in partitions}
+        self._revoked.difference_update(partitions)
+        if not generations:
+            return
+        if self.read is None:
+            for p, g in generations.items():
+                self.view.done(p, g)
+            return
+        task = asyncio.get_running_loop().create_task(self._rebuild(generations))
+        self._rebuilds[task] = set(generations)
+        task.add_done_callback(lambda t: self._rebuilds.pop(t, None))
+
+    async def _ready(self, partition: int) -> bool:
+        """Wait for the partition's view: False if it was revoked. A partition seen before the
+        worker's assignment signal is assigned now."""
+        if partition in self._revoked:
+            return False
+        if partition not in self.view:
+            self.assign([partition])
+        return await self.view.wait(partition)
+
+    async def _rebuild(self, generations: dict[int, int]) -> None:
+        """Fold what ``uac.facts`` holds for these partitions (partition: view generation) into the
+        view, then mark each ready; retried (from offset 0: folding twice changes nothing)."""
+        assert self.read is not None
+        while True:
+            started, counts = time.monotonic(), dict.fromkeys(generations, 0)
+            try:
+                async with aclosing(self.read(self.prefix + FACTS, list(generations))) as batches:
+                    async for partition, records, at_end in batches:
+                        facts = self._decode_facts(partition, records)
+                        counts[partition] += self.view.rebuild(partition, facts, generations[partition])
+                        if at_end and self.view.done(partition, generations[partition]):
+                            log.info("partition %d: %d fact(s) read back from %s%s in %.2f s", partition,
+                                     counts[partition], self.prefix, FACTS, time.monotonic() - started)
+                        if not any(self.view.current(p, g) for p, g in generations.items()):
+                            return  # every partition was dropped or assigned again
+                return
+            except Exception as exc:  # the broker: try again (CancelledError is not an Exception)
+                log.warning("reading %s%s back failed (%s); again in %.1f s", self.prefix, FACTS, exc,
+                            self.retry_delay)
+                await asyncio.sleep(self.retry_delay)
+
+    def _decode_facts(self, partition: int, records: list[tuple[int, bytes | None]]) -> list[Fact]:
+        """The facts among records read back (tombstones, ticks and marks skipped; an undecodable
+        record skipped with a log line)."""
+        facts = []
+        for offset, value in records:
+            if value is None:
+                continue
+            try:
+                record = self.codec.decode(FACTS, value)
+            except CodecError as exc:
+                log.warning("skipping %s%s[%d]@%d: %s", self.prefix, FACTS, partition, offset, exc)
+                continue
+            if isinstance(record, Fact):
+                facts.append(record)
+        return facts
 
     @property
     def pending(self) -> int:
@@ -198,13 +296,18 @@ class ExtractionAgent:
 
     # -- outputs ---------------------------------------------------------------------------------
 
-    async def _emit(self, slot: _Slot, window: Sequence[Turn]) -> None:
-        """Extract a closed window, produce its facts, tick and rejects, then ack its turns."""
+    async def _emit(self, partition: int, slot: _Slot, window: Sequence[Turn]) -> bool:
+        """Extract a closed window with the user's state, produce its facts, tick and rejects, fold
+        its facts into the view, then ack its turns. False: the partition was revoked (nothing done)."""
+        if not await self._ready(partition):
+            return False
         held, slot.held[:] = slot.held[:len(window)], slot.held[len(window):]
+        # the manifest is built here: the state may change while the model runs in a thread
+        manifest = self.extractor.manifest(self.view.state_for(window))
         if self.offload:
-            result = await asyncio.to_thread(self.extractor.extract, window, None)
+            result = await asyncio.to_thread(self.extractor.extract, window, manifest=manifest)
         else:
-            result = self.extractor.extract(window, None)
+            result = self.extractor.extract(window, manifest=manifest)
         self._count_call(result)
         user = window[0].user_id
         # Queue everything in order (facts, then the tick that closes the window), then wait for all.
@@ -219,10 +322,13 @@ class ExtractionAgent:
             self.dead_letters += 1
             sent.append(await self._send(DLQ, user_key(user), letter, partition_for(user, self.partitions)))
         await asyncio.gather(*sent)
+        for fact in result.facts:
+            self.view.fold_in(fact)
         self.facts_sent += len(result.facts)
         self.metrics.facts_appended.inc(len(result.facts))
         for h in held:
             h.ack()
+        return True
 
     async def _send_fact(self, fact: Fact) -> Awaitable[Any]:
         return await self._send(FACTS, fact_key(fact.user_id, fact.fact_id), fact,
