@@ -38,14 +38,21 @@ from uac.settings import Settings
                    "faust's, 60 s.")
 @click.option("--checkpoint/--no-checkpoint", default=False, envvar="UAC_WORKER_CHECKPOINT",
               help="Also run the checkpoint and constraint agent (uac.facts to uac.state, "
-                   "uac.state-changes, uac.alerts). Experimental: its extraction has no manifest "
-                   "yet (README, Kafka).")
+                   "uac.state-changes, uac.alerts) and the query side (/users/...).")
+@click.option("--clock-tick", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              envvar="UAC_WORKER_CLOCK_TICK",
+              help="Seconds between wall-clock ticks on uac.facts for the partitions this worker "
+                   "folds (0: none). For live deployments: time-based rules (deadlines, expiries) "
+                   "then fire as days pass even when no user writes. Event time otherwise comes "
+                   "from the records alone. Needs --checkpoint.")
 @click.pass_context
 @handle_errors
 def worker(ctx: click.Context, bootstrap: str | None, partitions: int | None, prefix: str | None,
            worker_id: str, web_port: int, web_bind: str, idle_timeout: float, loglevel: str,
-           session_timeout: float | None, checkpoint: bool, advertise_url: str | None) -> None:
-    """Run a Kafka worker: the extraction agent of uac, as a faust-streaming app.
+           session_timeout: float | None, checkpoint: bool, advertise_url: str | None,
+           clock_tick: float) -> None:
+    """Run a Kafka worker of uac (a faust-streaming app): extraction, and with --checkpoint
+    the checkpoint and constraint agent and the query side.
 
     \b
     It consumes (consumer group '<prefix>uac'; add workers to scale out by partition):
@@ -58,6 +65,12 @@ def worker(ctx: click.Context, bootstrap: str | None, partitions: int | None, pr
       uac.dlq            what could not be processed (undecodable records, invalid
                          observations, model answers that do not validate), with the
                          reason and the source topic/partition/offset
+    With --checkpoint it also folds uac.facts in windows and produces:
+      uac.state          the entities (each with the facts it is folded from)
+      uac.state-changes  one record per touched user per window
+      uac.alerts         raised and resolved alerts of the built-in rules
+    and a partition it gets is restored from uac.state and uac.alerts, then read on
+    from the committed offset of uac.facts.
     A record's offset is committed only after its outputs were written (a turn's, once
     its window's facts are). Web: http://BIND:PORT/health and /metrics (Prometheus);
     with --checkpoint also /users/USER/state, /facts, /alerts and /query?sql=... (a
@@ -65,6 +78,10 @@ def worker(ctx: click.Context, bootstrap: str | None, partitions: int | None, pr
     Stops cleanly on SIGTERM or Ctrl-C; topics must exist (uac topics create).
     """
     from uac.streams.worker import run_worker
+
+    if clock_tick and not checkpoint:
+        raise click.UsageError("--clock-tick needs --checkpoint (the ticks go to the partitions "
+                               "this worker folds)")
 
     root = ctx.find_root().obj
     settings = root if isinstance(root, Settings) else Settings()
@@ -79,7 +96,7 @@ def worker(ctx: click.Context, bootstrap: str | None, partitions: int | None, pr
         settings = Settings(**{**settings.model_dump(), **overrides})  # validated again
     run_worker(settings, worker_id, web_port, web_bind=web_bind, idle_timeout=idle_timeout,
                loglevel=loglevel, session_timeout=session_timeout, checkpoint=checkpoint,
-               advertise_url=advertise_url)
+               advertise_url=advertise_url, clock_tick=clock_tick)
 
 
 if __name__ == "__main__":  # pragma: no cover

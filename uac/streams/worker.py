@@ -3,7 +3,10 @@
 ``uac.turns`` and ``uac.observations`` are consumed as raw bytes (keys and values) and handed to
 :class:`~uac.streams.worker_extract.ExtractionAgent`, which decodes them with the Avro codec (a
 poison record becomes a dead letter on ``uac.dlq``, and processing goes on), windows turns per user,
-extracts closed windows and produces facts and ticks to ``uac.facts``.
+extracts closed windows with the manifest of the user's state and produces facts and ticks to
+``uac.facts``. The state is the agent's view of its partitions: on assignment of a ``uac.turns``
+partition the agent reads that partition of ``uac.facts`` back before extracting any of its windows
+(:mod:`uac.streams.worker_view`); on revocation the view is dropped.
 
 What we take from faust, and what we do not (the design's "where faust is fragile" rule):
 
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +40,13 @@ from uac.extraction.model import LiteLLMModel
 from uac.extraction.windows import WindowPolicy
 from uac.metrics import Metrics
 from uac.settings import Settings
-from uac.streams.worker_checkpoint import CheckpointAgent
+from uac.streams.avro import AvroCodec
+from uac.streams.kafka_store import ALERTS, STATE
+from uac.streams.worker_checkpoint import CheckpointAgent, RestoreFn
 from uac.streams.worker_extract import FACTS, OBSERVATIONS, TURNS, ExtractionAgent, Source
 from uac.streams.worker_query import JSON_TYPE, NEEDS_CHECKPOINT, QuerySide, Rebuilds, default_url, error
+from uac.streams.worker_restore import Restored, read_partition, restore_batch
+from uac.streams.worker_view import read_facts
 
 log = logging.getLogger(__name__)
 APP_ID = "uac"
@@ -61,6 +69,12 @@ def window_policy(settings: Settings) -> WindowPolicy:
                         settings.extract_window_span)
 
 
+def idle_check_interval(idle_timeout: float) -> float:
+    """How often the timers look for idle windows: a window closes at most this late after its
+    idle timeout (50 ms at the default 2 s; the check costs a pass over the open windows)."""
+    return max(0.01, min(0.05, idle_timeout / 20))
+
+
 def app_id(settings: Settings) -> str:
     """The consumer group (and faust app id): ``uac``, after the topic prefix (one group per
     deployment sharing a cluster)."""
@@ -71,20 +85,24 @@ def make_app(settings: Settings, *, worker_id: str = "w1", web_port: int = DEFAU
              web_bind: str = "127.0.0.1", idle_timeout: float = 2.0, metrics: Metrics | None = None,
              extractor: Extractor | None = None, datadir: Path | None = None,
              session_timeout: float | None = None, checkpoint: bool = False,
-             advertise_url: str | None = None) -> Any:
+             advertise_url: str | None = None, clock_tick: float = 0.0) -> Any:
     """A faust app (``faust.App``) running the extraction agent (see the module docstring); it updates
     ``metrics`` (pass one to read it in-process). ``session_timeout``: seconds before the group
     gives a silent worker's partitions to the others (None: faust's default, 60 s, or
     ``BROKER_SESSION_TIMEOUT``). ``checkpoint``: also run the checkpoint agent on ``uac.facts``
-    (:mod:`uac.streams.worker_checkpoint`; its topic never commits offsets and is read from the
-    start on assignment, since its state is in memory only). ``advertise_url``: where the other
-    workers reach this one's web server (default ``http://BIND:PORT``; see
-    :mod:`uac.streams.worker_query`)."""
+    (:mod:`uac.streams.worker_checkpoint`; a partition it gets is restored from ``uac.state`` and
+    ``uac.alerts``, then read on from the group's committed offset). ``advertise_url``: where the
+    other workers reach this one's web server (default ``http://BIND:PORT``; see
+    :mod:`uac.streams.worker_query`). ``clock_tick``: seconds between wall-clock ticks on the
+    partitions this worker folds (0: none; needs ``checkpoint``)."""
     import faust
     from prometheus_client import generate_latest
 
     if idle_timeout <= 0:
         raise UacError("the idle timeout must be positive")
+    if clock_tick < 0 or (clock_tick and not checkpoint):
+        raise UacError("a wall-clock tick needs a positive interval and the checkpoint agent "
+                       "(--checkpoint)")
     prefix = settings.topic_prefix
     metrics = metrics or Metrics()
     datadir = datadir or settings.data_dir / "worker" / worker_id
@@ -118,7 +136,8 @@ def make_app(settings: Settings, *, worker_id: str = "w1", web_port: int = DEFAU
 
     agent = ExtractionAgent(extractor or extractor_from(settings), send,
                             partitions=settings.kafka_partitions, prefix=prefix,
-                            policy=window_policy(settings), metrics=metrics, idle_timeout=idle_timeout)
+                            policy=window_policy(settings), metrics=metrics, idle_timeout=idle_timeout,
+                            read=lambda topic, parts: read_facts(settings.kafka_bootstrap, topic, parts))
 
     turns = app.topic(prefix + TURNS, key_serializer="raw", value_serializer="raw")
     observations = app.topic(prefix + OBSERVATIONS, key_serializer="raw", value_serializer="raw")
@@ -137,7 +156,7 @@ def make_app(settings: Settings, *, worker_id: str = "w1", web_port: int = DEFAU
         async for event in stream.noack().events():
             await agent.on_observation(source(event), event.value, event.ack)
 
-    @app.timer(interval=max(0.05, min(1.0, idle_timeout / 2)))  # type: ignore[untyped-decorator]
+    @app.timer(interval=idle_check_interval(idle_timeout))  # type: ignore[untyped-decorator]
     async def close_idle_windows() -> None:
         closed = await agent.close_idle()
         if closed:
@@ -146,11 +165,12 @@ def make_app(settings: Settings, *, worker_id: str = "w1", web_port: int = DEFAU
     checkpoint_agent: CheckpointAgent | None = None
     if checkpoint:
         checkpoint_agent = CheckpointAgent(send, settings=settings, partitions=settings.kafka_partitions,
-                                           prefix=prefix, metrics=metrics, idle_timeout=idle_timeout)
+                                           prefix=prefix, metrics=metrics, idle_timeout=idle_timeout,
+                                           restore=restorer(settings))
         facts_topic = prefix + FACTS
         rebuilds = Rebuilds(checkpoint_agent)  # for the query side, below
-        # acks=False: acknowledging a uac.facts record commits nothing (state is rebuilt from the start)
-        facts = app.topic(facts_topic, key_serializer="raw", value_serializer="raw", acks=False)
+        # acknowledged (so committed) only once a window's outputs are produced
+        facts = app.topic(facts_topic, key_serializer="raw", value_serializer="raw")
 
         @app.agent(facts, name="checkpoint-facts")
         async def checkpoint_facts(stream: Any) -> None:
@@ -159,26 +179,41 @@ def make_app(settings: Settings, *, worker_id: str = "w1", web_port: int = DEFAU
                 await checkpoint_agent.on_fact(source(event), event.value, event.ack)
                 rebuilds.seen(event.message.partition, event.message.offset)
 
-        @app.timer(interval=max(0.05, min(1.0, idle_timeout / 2)))  # type: ignore[untyped-decorator]
+        takeovers: set[asyncio.Future[None]] = set()
+
+        @app.on_partitions_assigned.connect
+        async def checkpoint_assigned(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+            assert checkpoint_agent is not None  # restored in the background: a rebalance must not wait
+            assigned = args[0] if args else kwargs.get("assigned", set())
+            mine = {tp.partition for tp in assigned if tp.topic == facts_topic}
+            if mine:
+                task = asyncio.ensure_future(checkpoint_agent.take_over(mine))
+                takeovers.add(task)
+                task.add_done_callback(takeovers.discard)
+
+        if clock_tick:
+            @app.timer(interval=clock_tick)  # type: ignore[untyped-decorator]
+            async def wall_clock_tick() -> None:
+                assert checkpoint_agent is not None  # the wall clock is read here, at the edge only
+                await checkpoint_agent.clock_tick(datetime.now(UTC))
+
+        @app.timer(interval=idle_check_interval(idle_timeout))  # type: ignore[untyped-decorator]
         async def close_idle_checkpoint_windows() -> None:
             assert checkpoint_agent is not None
             closed = await checkpoint_agent.close_idle()
             if closed:
                 log.info("closed %d idle checkpoint window(s)", closed)
 
-        @app.on_partitions_assigned.connect
-        async def on_assigned(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
-            assert checkpoint_agent is not None
-            assigned = args[0] if args else kwargs.get("assigned", set())
-            for tp in assigned:
-                if tp.topic == facts_topic and checkpoint_agent.needs_replay(tp.partition):
-                    await app.consumer.seek(tp, 0)  # no committed offset: faust will not seek it back
+    @app.on_partitions_assigned.connect
+    async def on_turns_assigned(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        assigned = args[0] if args else kwargs.get("assigned", set())
+        agent.assign({tp.partition for tp in assigned if tp.topic == prefix + TURNS})  # views rebuilt
 
     @app.on_partitions_revoked.connect
     async def on_revoked(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
-        await agent.reset()
+        revoked = args[0] if args else kwargs.get("revoked", set())
+        await agent.reset({tp.partition for tp in revoked if tp.topic == prefix + TURNS})
         if checkpoint_agent is not None:
-            revoked = args[0] if args else kwargs.get("revoked", set())
             await checkpoint_agent.revoke({tp.partition for tp in revoked if tp.topic == prefix + FACTS})
 
     # -- the query side (uac.streams.worker_query): /users/{user}/state|facts|alerts|query ----------
@@ -187,8 +222,13 @@ def make_app(settings: Settings, *, worker_id: str = "w1", web_port: int = DEFAU
         from faust.types import TP
 
         async def end_offsets(partitions: list[int]) -> dict[int, int]:
+            """The offset each partition must be read to before its users are answered: its end
+            offset, or 0 when the group's committed offset is already there (the restored state
+            is all there is)."""
             ends = await app.consumer.highwaters(*(TP(prefix + FACTS, p) for p in partitions))
-            return {tp.partition: int(end) for tp, end in ends.items()}
+            done = await committed_offsets(settings.kafka_bootstrap, app_id(settings), prefix + FACTS)
+            return {tp.partition: 0 if done.get(tp.partition, -1) >= int(end) else int(end)
+                    for tp, end in ends.items()}
 
         reads = QuerySide(checkpoint_agent, rebuilds, worker_id=worker_id, url=str(app.conf.canonical_url),
                           facts_topic=prefix + FACTS, partitions=settings.kafka_partitions,
@@ -231,6 +271,33 @@ def make_app(settings: Settings, *, worker_id: str = "w1", web_port: int = DEFAU
     return app
 
 
+async def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+    """The consumer group's committed offset of each partition of ``topic`` (absent: none)."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        offsets = await admin.list_consumer_group_offsets(group)
+    finally:
+        await admin.close()
+    return {tp.partition: int(meta.offset) for tp, meta in offsets.items() if tp.topic == topic}
+
+
+def restorer(settings: Settings) -> RestoreFn:
+    """How the checkpoint agent takes over a partition: ``uac.state`` and ``uac.alerts`` read back
+    (:mod:`uac.streams.worker_restore`)."""
+    codec = AvroCodec()
+
+    async def restore(partition: int) -> Restored:
+        prefix, bootstrap = settings.topic_prefix, settings.kafka_bootstrap
+        state = await read_partition(bootstrap, prefix + STATE, partition)
+        alerts = await read_partition(bootstrap, prefix + ALERTS, partition)
+        return restore_batch(state, alerts, codec)
+
+    return restore
+
+
 async def check_topics(settings: Settings) -> None:
     """Refuse to start on missing topics or a partition count other than ``kafka_partitions``."""
     from uac.streams.topics import ensure_topics
@@ -245,7 +312,8 @@ async def check_topics(settings: Settings) -> None:
 def run_worker(settings: Settings, worker_id: str = "w1", web_port: int = DEFAULT_WEB_PORT, *,
                web_bind: str = "127.0.0.1", idle_timeout: float = 2.0, loglevel: str = "info",
                check: bool = True, session_timeout: float | None = None,
-               checkpoint: bool = False, advertise_url: str | None = None) -> None:
+               checkpoint: bool = False, advertise_url: str | None = None,
+               clock_tick: float = 0.0) -> None:
     """Check the topics, then run the worker until SIGTERM/SIGINT (blocks; exits the process the way
     faust's worker does)."""
     import faust
@@ -256,7 +324,7 @@ def run_worker(settings: Settings, worker_id: str = "w1", web_port: int = DEFAUL
         loop.run_until_complete(check_topics(settings))
     app = make_app(settings, worker_id=worker_id, web_port=web_port, web_bind=web_bind,
                    idle_timeout=idle_timeout, session_timeout=session_timeout, checkpoint=checkpoint,
-                   advertise_url=advertise_url)
+                   advertise_url=advertise_url, clock_tick=clock_tick)
     worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False, loop=loop)
 
     def quiet_loggers() -> None:

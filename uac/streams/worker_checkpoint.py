@@ -13,17 +13,17 @@ is skipped); a timer (:meth:`CheckpointAgent.close_idle`) closes a window that g
 are produced and awaited, and only then are the window's records acknowledged. An undecodable
 record becomes a dead letter (step ``worker.decode``); a ``WindowMark`` on the topic is ignored.
 
-State and restarts (first slice): the state lives in memory only. To stay correct after a restart
-or a rebalance, a partition's state is built from the *whole* of ``uac.facts``: the worker never
-commits offsets of ``uac.facts`` (its faust topic has ``acks=False``, so acknowledgements commit
-nothing), a fresh consumer starts at the earliest offset, and on assignment of a partition this
-agent has no state for, the worker seeks it to the beginning (:meth:`needs_replay`). A revoked
-partition's state is dropped (:meth:`revoke`). Fact, alert and state ids are deterministic, so a
-replay re-publishes identical records (compaction collapses ``uac.state``; ``uac.alerts`` and
+State and takeovers: a partition's state lives in memory, and every ``uac.state`` record carries
+the facts its entity is folded from. The first record of a partition this agent holds no state for
+makes it *restore* the partition (:mod:`uac.streams.worker_restore`): it reads the partition of
+``uac.state`` and ``uac.alerts`` to their ends and loads them; faust then delivers ``uac.facts`` from
+the group's committed offset, which only moves once a window's outputs were produced (facts the
+restored state already holds are skipped by id). A revoked partition's state is dropped
+(:meth:`revoke`). Fact, alert and state ids are deterministic, so work done again after a crash
+re-publishes identical records (compaction collapses ``uac.state``; ``uac.alerts`` and
 ``uac.state-changes`` may carry the same event twice, consumers dedupe by alert id and kind). Window
-boundaries cut by the idle timer depend on wall time, so a replay may cut different windows (the
-same final state and alerts, possibly different event times). Rebuilding from ``uac.state`` is the
-next slice.
+boundaries cut by the idle timer depend on wall time, so a run after a crash may cut different
+windows (the same final state and alerts, possibly different event times).
 """
 
 from __future__ import annotations
@@ -49,14 +49,21 @@ from uac.streams.kafka_store import OutRecord, PublishingStateStore
 from uac.streams.log import InMemoryFactLog
 from uac.streams.rejects import Reject, RejectStore
 from uac.streams.topics import partition_for, user_key, user_of_key
-from uac.streams.worker_extract import DLQ, FACTS, STEP_DECODE, Ack, Source
+from uac.streams.worker_extract import DLQ, FACTS, STEP_DECODE, Ack, Source, tick_key
+from uac.streams.worker_restore import Restored
 
 log = logging.getLogger(__name__)
 STEP_FACTS = "checkpoint.facts"
+CLOCK_USER = "_clock"
+"""Wall-clock ticks on ``uac.facts`` are keyed ``_clock/_tick/<time>``: a tick is about no user, and
+its key only keeps compaction from collapsing two ticks."""
 
 SendRaw = Callable[[str, bytes | None, bytes | None, int], Awaitable[Awaitable[Any]]]
 """``await send(topic, key, value, partition)``: like :data:`~uac.streams.worker_extract.Send`, but
 a None value (a tombstone) is allowed."""
+RestoreFn = Callable[[int], Awaitable[Restored]]
+"""``await restore(partition)``: the partition's state read back from the topics
+(:func:`uac.streams.worker_restore.restore_batch` over ``read_partition`` of uac.state and uac.alerts)."""
 
 
 class CollectingRejects(RejectStore):
@@ -98,7 +105,7 @@ class CheckpointAgent:
     def __init__(self, send: SendRaw, *, settings: Settings, partitions: int, prefix: str = "",
                  rules: tuple[Rule, ...] | None = None, codec: AvroCodec | None = None,
                  metrics: Metrics | None = None, idle_timeout: float = 2.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, restore: RestoreFn | None = None) -> None:
         self.send = send
         self.settings = settings
         self.partitions = partitions
@@ -108,31 +115,63 @@ class CheckpointAgent:
         self.metrics = metrics or Metrics()
         self.idle_timeout = idle_timeout
         self.clock = clock
+        self.restore = restore
+        """None: a new partition starts empty (tests, or a deployment replaying uac.facts)."""
         self._parts: dict[int, _Partition] = {}
+        self._assigned: set[int] = set()
         self._lock = asyncio.Lock()
         self.records_sent = 0
         self.dead_letters = 0
 
     # -- partitions ------------------------------------------------------------------------------
 
-    def _new_partition(self, index: int) -> _Partition:
+    async def _partition(self, index: int) -> _Partition:
+        """The partition's state; restored from the topics the first time (with ``restore``)."""
+        part = self._parts.get(index)
+        if part is not None:
+            return part
         s = self.settings
         log_, store, rejects = InMemoryFactLog(), PublishingStateStore(self.partitions, codec=self.codec), \
             CollectingRejects()
+        next_window = 0
+        if self.restore is not None:
+            started = time.perf_counter()
+            restored = await self.restore(index)
+            store.restore(restored.batch, restored.versions)
+            next_window = restored.batch.checkpoint.window_id + 1
+            log.info("restored partition %d in %.2f s: %d entities, %d facts, %d alert events", index,
+                     time.perf_counter() - started, restored.entities, restored.facts,
+                     restored.alert_events)
         checkpointer = Checkpointer(log_, store, rejects, self.rules,
                                     rule_settings=RuleSettings(s.rule_days_ahead, s.lapse_days_ahead),
                                     metrics=self.metrics)
         policy = WindowPolicy(s.window_facts, s.window_span)
-        return _Partition(index, log_, store, rejects, checkpointer, policy)
+        part = self._parts[index] = _Partition(index, log_, store, rejects, checkpointer, policy,
+                                               next_window)
+        return part
 
-    def needs_replay(self, partition: int) -> bool:
-        """Whether this agent holds no state for ``partition`` (the worker then reads it from the start)."""
-        return partition not in self._parts
+    def holds(self, partition: int) -> bool:
+        """Whether this agent holds (has restored) the state of ``partition``."""
+        return partition in self._parts
+
+    async def take_over(self, partitions: set[int]) -> None:
+        """Restore the state of newly assigned partitions now (not at their first new fact), so the
+        query side can answer for them at once; failures are logged, the first fact tries again.
+        A partition revoked meanwhile is skipped."""
+        self._assigned.update(partitions)
+        for index in sorted(partitions):
+            try:
+                async with self._lock:
+                    if index in self._assigned:
+                        await self._partition(index)
+            except Exception as exc:  # a broker hiccup: on_fact restores it later
+                log.warning("could not restore partition %d yet: %r", index, exc)
 
     async def revoke(self, partitions: set[int] | None = None) -> None:
         """Drop the state of these partitions (None: all), their open windows unacknowledged."""
         async with self._lock:
             for p in list(self._parts) if partitions is None else partitions:
+                self._assigned.discard(p)
                 part = self._parts.pop(p, None)
                 if part is not None and part.held:
                     log.info("revoked partition %d: dropped %d record(s) of an open window", p,
@@ -164,15 +203,18 @@ class CheckpointAgent:
             ack()
             return
         async with self._lock:
-            part = self._parts.get(source.partition)
-            if part is None:
-                part = self._parts[source.partition] = self._new_partition(source.partition)
+            part = await self._partition(source.partition)
             part.last_seen = self.clock()
             out = self._window_records(part, record)
-            part.held.append(ack)
             if out:
                 part.log.append(out)
-            if any(isinstance(r, WindowMark) for r in out):
+            marks = [i for i, r in enumerate(out) if isinstance(r, WindowMark)]
+            if marks and marks[-1] < len(out) - 1:  # a mark closed the window, the record opened one
+                await self._emit(part)
+                part.held.append(ack)
+                return
+            part.held.append(ack)
+            if marks:
                 await self._emit(part)
             elif not part.policy.open:  # skipped record, nothing open: nothing to wait for
                 self._ack_all(part)
@@ -195,26 +237,46 @@ class CheckpointAgent:
         """The log records for one input, with window marks (as ``EmbeddedPipeline._ingest_chunk``)."""
         out: list[LogRecord] = []
         if isinstance(record, Fact):
-            if part.log.contains(record.fact_id):
+            if part.log.contains(record.fact_id) or part.store.has_fact(record.fact_id):
                 self.metrics.facts_duplicate.inc()
                 return out
             t = record.observed_time
         else:
             if part.watermark is not None and record.time <= part.watermark:
-                return out  # event time is already past this tick
+                # event time is already there: nothing to advance, but the tick still ends the open
+                # window (as the end of a chunk does in the embedded pipeline): a window's facts then
+                # leave with their own tick instead of waiting for the idle timer
+                if not part.policy.open:
+                    return out
+                part.policy.reset()
+                part.next_window += 1
+                return [WindowMark(part.next_window - 1, reason="tick")]
             t = record.time
         if part.watermark is None or t > part.watermark:
             part.watermark = t
         out, part.next_window = with_marks(part.policy, record, part.next_window)
         return out
 
+    async def clock_tick(self, at: datetime) -> int:
+        """Produce a clock tick at ``at`` to ``uac.facts``, on every partition this agent holds (the
+        optional wall-clock tick of a live deployment: time-based rules then run as the day passes
+        even when no user writes). The tick is a record like any other, so a replay or a takeover
+        sees the same event time. Returns the number of ticks sent."""
+        tick = Tick(at)
+        value = self.codec.encode(FACTS, tick)
+        async with self._lock:
+            held = sorted(self._parts)
+        sent = [await self.send(self.prefix + FACTS, tick_key(CLOCK_USER, tick), value, p) for p in held]
+        await asyncio.gather(*sent)
+        return len(sent)
+
     # -- outputs ---------------------------------------------------------------------------------
 
     async def _emit(self, part: _Partition) -> None:
         """Fold the closed windows, produce their outputs, await them, ack their records.
 
-        Records after the last mark (a window just opened) are acked too: they are in the log, and
-        since this agent never commits offsets (module docstring), an ack only marks them done."""
+        Only records of closed windows are held here (:meth:`on_fact`): an acknowledged offset gets
+        committed, and a record of a window still open must be read again after a crash."""
         part.checkpointer.run(commit_every=None)
         records: list[OutRecord] = part.store.drain()
         sent: list[Awaitable[Any]] = []

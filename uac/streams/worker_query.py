@@ -192,8 +192,8 @@ class Rebuilds:
         """Whether ``p`` is owned and rebuilt (it stays so until revoked)."""
         if p in self._ready:
             return True
-        if p not in self.owned or p not in self._end:
-            return False
+        if p not in self.owned or p not in self._end or not self.agent.holds(p):
+            return False  # not ours, end offset unknown yet, or not restored yet
         if self._end[p] > 0:
             self._reached(p)
             if (p not in self._need or self.agent.store(p) is None
