@@ -18,6 +18,7 @@ from uac.checkpointer.state import EntityKey, EntityState, UserState
 from uac.domains.facts import Fact, Op
 
 _BULK_THRESHOLDS = (100_000, 50, 1000)
+_ASSERT = Op.ASSERT
 
 
 @contextmanager
@@ -145,8 +146,12 @@ def _fold_window(
         if seen is None:
             seen = before[user_id] = {}
         key = (fact.entity_type, fact.entity_id)
-        if key not in seen:
-            entity = user.entities.get(key)  # _fingerprint, inlined: this loop is the hot path
+        entity = user.entities.get(key)
+        if entity is None and fact.op is _ASSERT and not fact.supersedes and not user.superseded:
+            if _create(user, key, fact) and key not in seen:  # the common case: a new entity
+                seen[key] = _ABSENT
+            continue
+        if key not in seen:  # _fingerprint, inlined: this loop is the hot path
             seen[key] = (True, dict(entity.winners)) if entity is not None and entity.exists \
                 else _ABSENT
         if fact.supersedes:  # a supersession may change other entities too
@@ -156,13 +161,38 @@ def _fold_window(
     return {user_id: _classify(states[user_id], seen) for user_id, seen in before.items()}
 
 
+def _create(user: UserState, key: EntityKey, fact: Fact) -> bool:
+    """:func:`apply_fact` for a live assert about an entity the user does not have yet (nothing is
+    superseded, nothing to resolve): the entity is made with its value at once. False for a
+    duplicate fact."""
+    fid = fact.fact_id
+    fact_ids = user.fact_ids
+    if fid in fact_ids:
+        return False
+    fact_ids[fid] = key
+    sources = user.sources
+    for ref in fact.provenance:
+        known = sources.get(ref)
+        if known is None:
+            sources[ref] = (key,)
+        elif key not in known:
+            sources[ref] = (*known, key)
+    user.add_entity(EntityState(key[0], key[1], {fid: fact}, dict.fromkeys(fact.attributes, fact),
+                                None, True))
+    if user._views:
+        user.touched(key[0])
+    return True
+
+
 def _classify(user: UserState, seen: dict[EntityKey, _Fingerprint]) -> list[EntityChange]:
-    """Each touched entity's net change, from its fingerprint before the window."""
+    """Each touched entity's net change, from its fingerprint before the window (in key order)."""
     created, deleted, updated, history = (ChangeKind.CREATED, ChangeKind.DELETED,
                                           ChangeKind.UPDATED, ChangeKind.HISTORY)
     entities = user.entities
-    out = []
-    for key, (existed, values) in sorted(seen.items()) if len(seen) > 1 else seen.items():
+    out: list[EntityChange] = []
+    append, new = out.append, tuple.__new__  # a named tuple made without its __new__'s extra call
+    for key in sorted(seen) if len(seen) > 1 else seen:
+        existed, values = seen[key]
         entity = entities.get(key)
         exists = entity is not None and entity.exists
         if exists != existed:
@@ -171,7 +201,7 @@ def _classify(user: UserState, seen: dict[EntityKey, _Fingerprint]) -> list[Enti
             kind = updated
         else:
             kind = history
-        out.append(EntityChange(key[0], key[1], kind))
+        append(new(EntityChange, (key[0], key[1], kind)))
     return out
 
 
