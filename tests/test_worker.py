@@ -318,14 +318,15 @@ class FakeOut:
         self.futures.append(fut)
         return fut
 
-    def resolve(self) -> None:
-        for fut in self.futures:
-            if not fut.done():
+    def resolve(self, user: str | None = None) -> None:
+        """The broker acknowledges what was sent (or only the records under ``user``'s key)."""
+        for (_, key, _, _), fut in zip(self.sent, self.futures, strict=True):
+            if not fut.done() and (user is None or (key or b"").startswith(user_key(user) + b"/")):
                 fut.set_result(None)
 
 
-def _turn(tid: str, session: str, text: str, minute: int) -> Turn:
-    return parse_turn({"user": "ana", "conversation": "c", "session": session, "turn_id": tid, "role": "user",
+def _turn(tid: str, session: str, text: str, minute: int, user: str = "ana") -> Turn:
+    return parse_turn({"user": user, "conversation": "c", "session": session, "turn_id": tid, "role": "user",
                        "text": text, "timestamp": f"2025-01-15T09:{minute:02d}:00Z"}, tid)
 
 
@@ -389,3 +390,117 @@ def test_agent_acks_turns_only_after_their_window_is_written() -> None:
         assert "unknown schema id 1" in letter.reason
 
     asyncio.run(scenario())
+
+
+def test_agent_runs_users_windows_at_once_and_each_users_in_order() -> None:
+    """Two users of one partition: their windows are in flight at once (and acknowledged in the order
+    the broker acknowledges them), while a user's next window waits for the previous one; at the bound
+    the consumer waits; a reset waits for the window being written and gives up the one behind it."""
+    from uac.streams.worker_extract import ExtractionAgent, Source
+
+    async def scenario() -> None:
+        out, acked = FakeOut(), []
+        agent = ExtractionAgent(Extractor(LiteLLMModel(OFFLINE_MODEL)), out, partitions=PARTITIONS,
+                                prefix="p-", offload=False, max_in_flight=3)
+        part = partition_for("ana", PARTITIONS)
+        assert partition_for("cy", PARTITIONS) == part
+        agent.assign([part])
+        codec = AvroCodec()
+        ana = [_turn("a1", "s1", "I'm allergic to penicillin.", 0),
+               _turn("a2", "s2", "I spent $12 on lunch at Joe's.", 10),
+               _turn("a3", "s3", "I'm allergic to peanuts.", 20),
+               _turn("a4", "s4", "I spent $30 on dinner at Lupa.", 30),
+               _turn("a5", "s5", "I'm allergic to latex.", 40)]
+        cy = [_turn("c1", "s1", "I'm allergic to shellfish.", 1, "cy"),
+              _turn("c2", "s2", "I spent $5 on coffee at Joe's.", 11, "cy")]
+        offsets = {t.turn_id: n for n, t in enumerate(ana[:3] + cy + ana[3:])}
+
+        def feed(turn: Turn) -> asyncio.Future[None]:
+            n = offsets[turn.turn_id]
+            return asyncio.ensure_future(agent.on_turn(
+                Source("p-uac.turns", part, n, user_key(turn.user_id)), codec.encode("uac.turns", turn),
+                lambda: acked.append(n)))
+
+        def records(user: str) -> list[Any]:
+            return [v for _, k, v, _ in out.sent if (k or b"").startswith(user_key(user) + b"/")]
+
+        def in_flight() -> float | None:
+            return agent.metrics.registry.get_sample_value("uac_worker_windows_in_flight")
+
+        for turn in ana[:3]:  # closes ana's s1 window, then her s2 window
+            await feed(turn)
+        await settle()
+        first = records("ana")
+        assert first and isinstance(first[-1], Tick) and acked == []  # s1 out, not acknowledged yet
+        assert in_flight() == 2  # her s2 window waits for s1: nothing of it sent
+        await feed(cy[0])
+        at_bound = feed(cy[1])  # closes cy's s1 window: written at once, while ana's is in flight
+        await settle()
+        assert isinstance(records("cy")[-1], Tick) and records("ana") == first and in_flight() == 3
+        assert not at_bound.done()  # three windows in flight: the consumer waits
+        out.resolve("cy")
+        await at_bound
+        assert acked == [offsets["c1"]]  # acknowledged out of order: ana's are still unacknowledged
+        assert records("ana") == first
+        out.resolve("ana")  # her s1 window is acknowledged: then her s2 window is extracted
+        await settle()
+        assert acked == [offsets["c1"], offsets["a1"]] and len(records("ana")) > len(first)
+        out.resolve()
+        await agent.drain()
+        assert acked == [offsets["c1"], offsets["a1"], offsets["a2"]] and in_flight() == 0
+        got = {f.fact_id for f in records("ana") if isinstance(f, Fact)}
+        assert got == expected_fact_ids(ana[:2])
+        kinds, n = [type(r).__name__ for r in records("ana")], len(first)  # each window: facts, then its tick
+        assert kinds == ["Fact"] * (n - 1) + ["Tick"] + ["Fact"] * (len(kinds) - n - 1) + ["Tick"]
+
+        for turn in ana[3:]:  # closes her s3 window (sent), then her s4 window (behind it)
+            await feed(turn)
+        await settle()
+        sent = len(out.sent)
+        resetting = asyncio.ensure_future(agent.reset([part]))
+        await settle()
+        assert not resetting.done()  # waits for the s3 window the broker has not acknowledged
+        out.resolve()
+        await resetting
+        assert acked[-1] == offsets["a3"] and offsets["a4"] not in acked and len(out.sent) == sent
+        assert agent.pending == 0 and in_flight() == 0
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_a_failed_window_is_not_acknowledged_and_its_error_is_raised() -> None:
+    """The broker refuses a window's records: its turns and the user's later window stay unacknowledged
+    (read again after the restart), and the next turn raises the error, as on_turn itself did."""
+    from uac.streams.worker_extract import ExtractionAgent, Source
+
+    async def scenario() -> None:
+        out, acked = FakeOut(), []
+        agent = ExtractionAgent(Extractor(LiteLLMModel(OFFLINE_MODEL)), out, partitions=PARTITIONS,
+                                prefix="p-", offload=False)
+        agent.assign([partition_for("ana", PARTITIONS)])
+        codec = AvroCodec()
+        turns = [_turn("t1", "s1", "I'm allergic to penicillin.", 0),
+                 _turn("t2", "s2", "I'm allergic to peanuts.", 10),
+                 _turn("t3", "s3", "I spent $12 on lunch at Joe's.", 20)]
+
+        async def feed(i: int) -> None:
+            source = Source("p-uac.turns", partition_for("ana", PARTITIONS), i, user_key("ana"))
+            await agent.on_turn(source, codec.encode("uac.turns", turns[i]), lambda: acked.append(i))
+
+        for i in range(3):
+            await feed(i)
+        await settle()
+        sent = len(out.sent)
+        out.futures[0].set_exception(RuntimeError("broker down"))
+        out.resolve()
+        await agent.drain()
+        assert acked == [] and len(out.sent) == sent  # the s2 window gave up: never extracted
+        with pytest.raises(RuntimeError, match="broker down"):
+            await feed(0)
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+async def settle() -> None:
+    for _ in range(50):
+        await asyncio.sleep(0)

@@ -29,15 +29,37 @@ closing meanwhile wait; a revoked partition's view is dropped and its waiting wi
 Open windows close by the :class:`~uac.extraction.windows.WindowPolicy` (session end, turns, chars,
 span) and by :meth:`ExtractionAgent.close_idle` (a timer): a user whose window got no turn for
 ``idle_timeout`` seconds of wall time (the end of the input, as far as the worker can tell).
+
+Concurrency: a closed window is extracted and produced in a task of its own, so the consumer reads on
+while up to ``max_in_flight`` windows (:data:`MAX_IN_FLIGHT`) are in flight; at the bound,
+:meth:`~ExtractionAgent.on_turn` waits for one to finish (backpressure, and bounded memory).
+
+* Windows of one user run one after the other: a window's task first waits for the user's previous
+  window, whose facts are folded into the view on the broker's ack, so its manifest holds them. If
+  that one did not complete, the later one gives up too (unacknowledged). Windows of different users,
+  on one partition or several, overlap, their model calls in a pool of ``max_in_flight`` threads.
+* A window's records (its facts, the tick at its last turn, its rejects) are queued to the producer
+  in one go, no other window's records between, so the tick follows the facts on the partition.
+* Its turns are acknowledged as before, once all of those records are acknowledged by the broker: so
+  out of order across users, which is fine, the worker commits the contiguous acknowledged offsets.
+* :meth:`~ExtractionAgent.close_idle` waits for the windows it closes; while a partition's view is
+  read back, a turn that closes one of its windows waits for that window (the consumer with it).
+* :meth:`~ExtractionAgent.reset` drops the open windows, then waits for those in flight: a window of a
+  revoked partition not yet extracted gives up, unacknowledged; the others are finished.
+* A window that raises (the broker) is not acknowledged; the error is raised again by the next
+  :meth:`~ExtractionAgent.on_turn` or :meth:`~ExtractionAgent.close_idle`, so the worker gets it as
+  it got it from the call that closed the window when windows ran one at a time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,6 +84,8 @@ STEP_TURNS = "extract.turns"
 STEP_OBSERVATIONS = "extract.observations"
 STEP_DECODE = "worker.decode"
 STEP_OBSERVATION = "worker.observation"
+MAX_IN_FLIGHT = 16
+"""Windows extracted and produced at once, by default (see the module docstring)."""
 
 Send = Callable[[str, bytes | None, bytes, int], Awaitable[Awaitable[Any]]]
 """``await send(topic, key, value, partition)`` queues the record in the producer (records queued in
@@ -88,6 +112,11 @@ def tick_key(user_id: str, at: Tick) -> bytes:
     return user_key(user_id) + b"/_tick/" + iso(at.time).encode()
 
 
+def _done_well(task: asyncio.Task[bool]) -> bool:
+    """A finished window task did its window (not cancelled, no error, not given up)."""
+    return not task.cancelled() and task.exception() is None and task.result()
+
+
 @dataclass(slots=True)
 class _Held:
     source: Source
@@ -110,7 +139,10 @@ class ExtractionAgent:
                  policy: WindowPolicy | None = None, codec: AvroCodec | None = None,
                  metrics: Metrics | None = None, idle_timeout: float = 2.0,
                  clock: Callable[[], float] = time.monotonic, offload: bool = True,
-                 read: ReadFacts | None = None, retry_delay: float = 1.0) -> None:
+                 read: ReadFacts | None = None, retry_delay: float = 1.0,
+                 max_in_flight: int = MAX_IN_FLIGHT) -> None:
+        if max_in_flight < 1:
+            raise ValueError("max_in_flight must be at least 1")
         self.extractor = extractor
         self.send = send
         self.partitions = partitions
@@ -122,17 +154,26 @@ class ExtractionAgent:
         self.clock = clock
         self.offload = offload
         """Run the (blocking) model call in a thread, so the event loop keeps serving."""
+        self.max_in_flight = max_in_flight
         self.read = read
         """Reads ``uac.facts`` back on assignment (None: a partition starts empty and ready)."""
         self.retry_delay = retry_delay
         self.view = FactView(partitions)
         self._slots: dict[tuple[int, str], _Slot] = {}
-        self._lock = asyncio.Lock()
+        self._flight: set[asyncio.Task[bool]] = set()
+        self._last: dict[tuple[int, str], asyncio.Task[bool]] = {}
+        """Per (partition, user): the task of the user's latest window still in flight."""
+        self._failure: BaseException | None = None
+        self._queueing = asyncio.Lock()
+        self._pool: ThreadPoolExecutor | None = None
         self._observing = asyncio.Lock()
         self._revoked: set[int] = set()
         self._rebuilds: dict[asyncio.Task[None], set[int]] = {}
         self.pending_turns = Gauge("uac_worker_pending_turns", "Turns waiting in open extraction windows",
                                    registry=self.metrics.registry)
+        self.windows_in_flight = Gauge("uac_worker_windows_in_flight",
+                                       "Extraction windows closed and not yet done",
+                                       registry=self.metrics.registry)
         self.dead_letters = 0
         self.facts_sent = 0
 
@@ -169,7 +210,10 @@ class ExtractionAgent:
         ack()
 
     async def on_turn(self, source: Source, value: bytes | None, ack: Ack) -> None:
-        """One ``uac.turns`` record: into its user's window (acknowledged when the window is out)."""
+        """One ``uac.turns`` record: into its user's window; a window it closes is started (its turns
+        are acknowledged when its outputs are out). Returns once fewer than ``max_in_flight`` windows
+        are in flight (see the module docstring)."""
+        self._raise_failure()
         self.metrics.records_in.labels(STEP_TURNS).inc()
         try:
             turn = self.codec.decode_as(TURNS, value, Turn)  # type: ignore[arg-type]
@@ -177,56 +221,62 @@ class ExtractionAgent:
             await self._poison(STEP_DECODE, str(exc), source, value)
             ack()
             return
-        async with self._lock:
-            slot_key = (source.partition, turn.user_id)
-            slot = self._slots.get(slot_key)
-            if slot is None:
-                slot = self._slots[slot_key] = _Slot(TurnWindows(self.policy))
-            closed = slot.windows.add(turn)
-            slot.held.append(_Held(source, ack))
-            slot.last_seen = self.clock()
-            for window in closed:
-                if not await self._emit(source.partition, slot, window):
-                    slot.held.clear()  # revoked meanwhile: never acknowledged, read again
-                    break
-            if not slot.held:
-                del self._slots[slot_key]
-            self._update_gauge()
+        slot_key = (source.partition, turn.user_id)
+        slot = self._slots.get(slot_key)
+        if slot is None:
+            slot = self._slots[slot_key] = _Slot(TurnWindows(self.policy))
+        closed = slot.windows.add(turn)
+        slot.held.append(_Held(source, ack))
+        slot.last_seen = self.clock()
+        started = [self._start(slot_key, slot, window) for window in closed]
+        if not slot.held:
+            del self._slots[slot_key]
+        self._update_gauge()
+        if started and not self.view.ready(source.partition):
+            await asyncio.wait(started)  # its view is being read back: nothing goes on before it is
+        await self._room()
 
     async def close_idle(self) -> int:
-        """Close the windows that got no turn for ``idle_timeout`` seconds; the number closed."""
-        closed = 0
-        async with self._lock:
-            now = self.clock()
-            for slot_key, slot in list(self._slots.items()):
-                if now - slot.last_seen < self.idle_timeout:
-                    continue
-                for window in slot.windows.flush():
-                    if not await self._emit(slot_key[0], slot, window):
-                        slot.held.clear()
-                        break
-                    closed += 1
-                if not slot.held:
-                    del self._slots[slot_key]
-            self._update_gauge()
-        return closed
+        """Close the windows that got no turn for ``idle_timeout`` seconds and wait for them; the
+        number done (one given up, its partition revoked meanwhile, does not count)."""
+        self._raise_failure()
+        now, started = self.clock(), []
+        for slot_key in [k for k, s in self._slots.items() if now - s.last_seen >= self.idle_timeout]:
+            await self._room()
+            slot = self._slots.get(slot_key)
+            if slot is None or now - slot.last_seen < self.idle_timeout:
+                continue  # dropped, or a new turn came meanwhile
+            started += [self._start(slot_key, slot, window) for window in slot.windows.flush()]
+            if not slot.held:
+                del self._slots[slot_key]
+        self._update_gauge()
+        if started:
+            await asyncio.wait(started)
+        return sum(1 for task in started if _done_well(task))
 
     async def reset(self, revoked: Collection[int] = ()) -> None:
         """Forget every open window without acknowledging its turns (a rebalance: they are read again
         from the committed offsets), and the views of the ``revoked`` partitions (their windows
-        waiting for a rebuild give up)."""
+        waiting for a rebuild give up); then wait for the windows in flight (one of a revoked
+        partition not yet extracted gives up, unacknowledged; the others are finished)."""
         self._revoked.update(revoked)
         for partition in revoked:
             self.view.drop(partition)
         for task, partitions in list(self._rebuilds.items()):
             if partitions <= self._revoked:
                 task.cancel()
-        async with self._lock, self._observing:
-            dropped = sum(len(s.held) for s in self._slots.values())
-            self._slots.clear()
-            self._update_gauge()
+        dropped = self.pending
+        self._slots.clear()
+        self._update_gauge()
+        async with self._observing:
+            await self.drain()
         if dropped:
             log.info("rebalance: dropped %d turn(s) of open windows; they will be read again", dropped)
+
+    async def drain(self) -> None:
+        """Wait until no window is in flight."""
+        while self._flight:
+            await asyncio.wait(self._flight)
 
     def assign(self, partitions: Collection[int]) -> None:
         """The worker got these partitions: rebuild their views from ``uac.facts`` (in a task; until
@@ -296,32 +346,54 @@ class ExtractionAgent:
 
     # -- outputs ---------------------------------------------------------------------------------
 
-    async def _emit(self, partition: int, slot: _Slot, window: Sequence[Turn]) -> bool:
-        """Extract a closed window with the user's state, produce its facts, tick and rejects, fold
-        its facts into the view, then ack its turns. False: the partition was revoked (nothing done)."""
+    def _start(self, slot_key: tuple[int, str], slot: _Slot, window: Sequence[Turn]) -> asyncio.Task[bool]:
+        """Start a closed window's task (:meth:`_window`), after the user's previous window."""
+        held = slot.held[:len(window)]
+        del slot.held[:len(window)]
+        task = asyncio.get_running_loop().create_task(
+            self._window(slot_key[0], window, held, self._last.get(slot_key)))
+        self._last[slot_key] = task
+        self._flight.add(task)
+        task.add_done_callback(functools.partial(self._finished, slot_key))
+        return task
+
+    def _finished(self, slot_key: tuple[int, str], task: asyncio.Task[bool]) -> None:
+        self._flight.discard(task)
+        if self._last.get(slot_key) is task:
+            del self._last[slot_key]
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("user %s: extraction window failed: %r", slot_key[1], exc)
+            self._failure = self._failure or exc
+        self._update_gauge()
+
+    def _raise_failure(self) -> None:
+        """Raise the error of a window that failed (once)."""
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            raise failure
+
+    async def _room(self) -> None:
+        """Wait until fewer than ``max_in_flight`` windows are in flight."""
+        while len(self._flight) >= self.max_in_flight:
+            await asyncio.wait(self._flight, return_when=asyncio.FIRST_COMPLETED)
+
+    async def _window(self, partition: int, window: Sequence[Turn], held: list[_Held],
+                      previous: asyncio.Task[bool] | None) -> bool:
+        """A closed window, once the user's ``previous`` window is done and the partition's view is
+        ready: extract it with the user's state, produce its facts, tick and rejects, fold its facts
+        into the view, then ack its turns. False: given up (the previous window was not done, or the
+        partition was revoked), nothing acknowledged."""
+        if previous is not None:
+            await asyncio.wait([previous])
+            if not _done_well(previous):
+                log.warning("user %s: window given up, the previous one was not done", window[0].user_id)
+                return False
         if not await self._ready(partition):
             return False
-        held, slot.held[:] = slot.held[:len(window)], slot.held[len(window):]
         # the manifest is built here: the state may change while the model runs in a thread
-        manifest = self.extractor.manifest(self.view.state_for(window))
-        if self.offload:
-            result = await asyncio.to_thread(self.extractor.extract, window, manifest=manifest)
-        else:
-            result = self.extractor.extract(window, manifest=manifest)
+        result = await self._extract(window, self.extractor.manifest(self.view.state_for(window)))
         self._count_call(result)
-        user = window[0].user_id
-        # Queue everything in order (facts, then the tick that closes the window), then wait for all.
-        sent: list[Awaitable[Any]] = [await self._send_fact(fact) for fact in result.facts]
-        last = Tick(max(t.timestamp for t in window))
-        sent.append(await self._send(FACTS, tick_key(user, last), last, partition_for(user, self.partitions)))
-        first = held[0].source
-        for reject in result.rejects:
-            letter = dataclasses.replace(DeadLetter.from_reject(reject), source_topic=first.topic,
-                                         source_partition=first.partition, source_offset=first.offset)
-            self.metrics.rejects.labels(reject.step_id).inc()
-            self.dead_letters += 1
-            sent.append(await self._send(DLQ, user_key(user), letter, partition_for(user, self.partitions)))
-        await asyncio.gather(*sent)
+        await self._produce(window, held[0].source, result)
         for fact in result.facts:
             self.view.fold_in(fact)
         self.facts_sent += len(result.facts)
@@ -329,6 +401,32 @@ class ExtractionAgent:
         for h in held:
             h.ack()
         return True
+
+    async def _extract(self, window: Sequence[Turn], manifest: list[dict[str, Any]]) -> WindowResult:
+        """The model call: in a thread of the agent's pool (``offload``), or inline."""
+        if not self.offload:
+            return self.extractor.extract(window, manifest=manifest)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.max_in_flight, thread_name_prefix="uac-extract")
+        call = functools.partial(self.extractor.extract, window, manifest=manifest)
+        return await asyncio.get_running_loop().run_in_executor(self._pool, call)
+
+    async def _produce(self, window: Sequence[Turn], first: Source, result: WindowResult) -> None:
+        """Queue a window's facts, then the tick at its last turn, then its rejects (dead letters naming
+        ``first``, the record of its first turn), in one go; then wait until the broker has all."""
+        user = window[0].user_id
+        partition = partition_for(user, self.partitions)
+        last = Tick(max(t.timestamp for t in window))
+        async with self._queueing:
+            sent = [await self._send_fact(fact) for fact in result.facts]
+            sent.append(await self._send(FACTS, tick_key(user, last), last, partition))
+            for reject in result.rejects:
+                letter = dataclasses.replace(DeadLetter.from_reject(reject), source_topic=first.topic,
+                                             source_partition=first.partition, source_offset=first.offset)
+                self.metrics.rejects.labels(reject.step_id).inc()
+                self.dead_letters += 1
+                sent.append(await self._send(DLQ, user_key(user), letter, partition))
+        await asyncio.gather(*sent)
 
     async def _send_fact(self, fact: Fact) -> Awaitable[Any]:
         return await self._send(FACTS, fact_key(fact.user_id, fact.fact_id), fact,
@@ -363,3 +461,4 @@ class ExtractionAgent:
 
     def _update_gauge(self) -> None:
         self.pending_turns.set(self.pending)
+        self.windows_in_flight.set(len(self._flight))
