@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,18 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 pytest_plugins = ["tests.conftest_kafka"]  # the real broker, once per session (kafka marker)
 
 DEMO = Path(__file__).resolve().parent.parent / "uac" / "examples" / "demo.jsonl"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_implicit_event_loop() -> Iterator[None]:
+    """No event loop made behind a test's back: litellm's OpenAI path calls
+    ``asyncio.get_event_loop()`` when called synchronously, and on the main thread, before any
+    ``asyncio.run``, Python 3.11 then creates a loop and leaves it open; the next ``asyncio.run``
+    drops it, and its ResourceWarning fails whichever test the collector happens to run in.
+    Declaring "no current loop" makes that call raise instead, which litellm handles (as it does
+    in the worker's threads)."""
+    asyncio.set_event_loop(None)
+    yield
 
 
 @pytest.fixture

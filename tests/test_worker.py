@@ -13,7 +13,7 @@ import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -350,9 +350,8 @@ def test_agent_acks_turns_only_after_their_window_is_written() -> None:
         await feed(1)
         assert out.sent == [] and acked == [] and agent.pending == 2
         task = asyncio.ensure_future(feed(2))  # closes the s1 window: its outputs are sent ...
-        for _ in range(50):
-            await asyncio.sleep(0)
-        assert out.sent and acked == []  # ... but not acknowledged by the broker yet: no ack
+        await until(lambda: bool(out.sent))
+        assert acked == []  # ... but not acknowledged by the broker yet: no ack
         out.resolve()
         await task
         assert acked == [0, 1] and agent.pending == 1
@@ -362,9 +361,10 @@ def test_agent_acks_turns_only_after_their_window_is_written() -> None:
         now[0] = 1.0
         assert await agent.close_idle() == 0 and acked == [0, 1]
         now[0] = 2.5
+        before = len(out.sent)
         closing = asyncio.ensure_future(agent.close_idle())
-        for _ in range(50):
-            await asyncio.sleep(0)
+        await until(lambda: len(out.sent) > before)
+        assert acked == [0, 1]
         out.resolve()
         assert await closing == 1
         assert acked == [0, 1, 2] and agent.pending == 0
@@ -378,8 +378,7 @@ def test_agent_acks_turns_only_after_their_window_is_written() -> None:
         poison = asyncio.ensure_future(agent.on_observation(
             Source("p-uac.observations", 3, 7, user_key("ana")), b"\x00\x00\x00\x00\x01junk",
             lambda: bad.append(7)))
-        for _ in range(50):
-            await asyncio.sleep(0)
+        await until(lambda: len(out.sent) > sent)
         out.resolve()
         await poison
         assert bad == [7]
@@ -499,6 +498,14 @@ def test_a_failed_window_is_not_acknowledged_and_its_error_is_raised() -> None:
             await feed(0)
 
     asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+async def until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
+    """Let the event loop run until ``condition()`` holds (a failure after ``timeout`` seconds)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.001)
 
 
 async def settle() -> None:
