@@ -59,6 +59,16 @@ class EntityChange(NamedTuple):
     kind: ChangeKind
 
 
+def _cite(sources: dict[str, tuple[EntityKey, ...]], key: EntityKey, refs: tuple[str, ...]) -> None:
+    """Record that each provenance id in ``refs`` has a fact about the entity ``key``."""
+    for ref in refs:
+        known = sources.get(ref)
+        if known is None:
+            sources[ref] = (key,)
+        elif key not in known:
+            sources[ref] = (*known, key)
+
+
 def apply_fact(user: UserState, fact: Fact) -> EntityKey | None:
     """Fold one fact into ``user`` in place. Returns the touched entity key, or None if a duplicate.
 
@@ -70,13 +80,7 @@ def apply_fact(user: UserState, fact: Fact) -> EntityKey | None:
         return None
     key = (fact.entity_type, fact.entity_id)
     fact_ids[fid] = key
-    sources = user.sources
-    for ref in fact.provenance:
-        known = sources.get(ref)
-        if known is None:
-            sources[ref] = (key,)
-        elif key not in known:
-            sources[ref] = (*known, key)
+    _cite(user.sources, key, fact.provenance)
     entity = user.entities.get(key)
     if entity is None:
         entity = EntityState(fact.entity_type, fact.entity_id)
@@ -170,13 +174,7 @@ def _create(user: UserState, key: EntityKey, fact: Fact) -> bool:
     if fid in fact_ids:
         return False
     fact_ids[fid] = key
-    sources = user.sources
-    for ref in fact.provenance:
-        known = sources.get(ref)
-        if known is None:
-            sources[ref] = (key,)
-        elif key not in known:
-            sources[ref] = (*known, key)
+    _cite(user.sources, key, fact.provenance)
     user.add_entity(EntityState(key[0], key[1], {fid: fact}, dict.fromkeys(fact.attributes, fact),
                                 None, True))
     if user._views:
