@@ -348,7 +348,8 @@ def check_facts(bootstrap: str, prefix: str, expected: Expected) -> tuple[int, i
 @pytest.mark.kafka
 @pytest.mark.slow
 def test_killed_worker_restarts_without_losing_or_changing_facts(
-        kafka_broker: Any, prefix: str, workers: Callable[[str], Worker], locomo_dir: Path) -> None:
+        kafka_broker: Any, prefix: str, workers: Callable[[str], Worker], locomo_dir: Path,
+        tmp_path: Path) -> None:
     bootstrap = kafka_broker.bootstrap
     demo_turns, _tick = demo()
     turns = copies(locomo_all(locomo_dir), 3, "k") + copies(demo_turns, 100, "k")
@@ -361,7 +362,9 @@ def test_killed_worker_restarts_without_losing_or_changing_facts(
                 + expected_outputs(demo_turns).records * 100)
     expected_job = Background(lambda: expected_outputs(turns))  # the exact set, while the worker runs
 
-    worker = workers("k1").start()
+    worker = workers("k1")
+    worker.env["UAC_WORKER_CHECKPOINT"] = "1"  # the checkpoint agent too: killed and restored with it
+    worker.start()
     started = time.monotonic()
     for share in (0.2, 0.5, 0.8):
         at = wait_facts(bootstrap, prefix, int(estimate * share), [worker], timeout=120)
@@ -373,9 +376,47 @@ def test_killed_worker_restarts_without_losing_or_changing_facts(
     expected = expected_job.result()
     assert expected.records == estimate
     duplicates, extra_ticks = check_facts(bootstrap, prefix, expected)
+    entities = check_state(bootstrap, prefix, worker, tmp_path)
     print(f"{len(turns)} turns -> {len(expected.facts)} facts, {len(expected.ticks)} ticks; "
-          f"{duplicates} duplicate records, {extra_ticks} extra ticks; "
-          f"total {time.monotonic() - began:.1f} s")
+          f"{duplicates} duplicate records, {extra_ticks} extra ticks; {entities} live entities "
+          f"on uac.state as without the crashes; total {time.monotonic() - began:.1f} s")
+
+
+def check_state(bootstrap: str, prefix: str, worker: Worker, tmp: Path) -> int:
+    """Once every fact is folded (the group's committed offsets of uac.facts at their ends), the live
+    entities on ``uac.state`` equal what the embedded pipeline folds from the same facts, and no
+    alert was raised twice while open; the number of live entities."""
+    from uac.checkpointer.records import EntityRow
+    from uac.domains.facts import Fact
+    from uac.executor.alerts import AlertEvent
+    from uac.settings import Settings
+    from uac.streams.embedded import EmbeddedPipeline
+
+    facts_topic, deadline = prefix + "uac.facts", time.monotonic() + 120
+    while not all(committed(bootstrap, prefix + "uac", facts_topic).get(p, -1) >= end
+                  for p, end in end_offsets(bootstrap, facts_topic).items() if end > 0):
+        worker.check_alive()
+        assert time.monotonic() < deadline, "the checkpoint agent did not fold every fact in time"
+        time.sleep(0.5)
+    codec = AvroCodec()
+    facts = {f.fact_id: f for _, v in read_all(bootstrap, facts_topic)
+             if isinstance(f := codec.decode("uac.facts", v), Fact)}
+    with EmbeddedPipeline(Settings(data_dir=tmp / "embedded")) as pipeline:
+        pipeline.ingest(sorted(facts.values(), key=lambda f: (f.observed_time, f.fact_id)))
+        want = {(u, r.entity_type, r.entity_id): r.attributes
+                for u in pipeline.store.users() for r in pipeline.store.entities(u)}
+    latest: dict[bytes, EntityRow] = {}
+    for key, value in read_all(bootstrap, prefix + "uac.state"):
+        latest[key] = codec.decode_entity(key, value)
+    got = {(r.user_id, r.entity_type, r.entity_id): r.attributes for r in latest.values() if r.exists}
+    assert got == want, f"{len(got.keys() ^ want.keys())} entities differ in presence"
+    last: dict[str, AlertEvent] = {}
+    for _, value in read_all(bootstrap, prefix + "uac.alerts"):
+        event = codec.decode_as("uac.alerts", value, AlertEvent)
+        before = last.get(event.alert.alert_id)
+        assert before is None or before.kind is not event.kind or before == event, (before, event)
+        last[event.alert.alert_id] = event
+    return len(got)
 
 
 @pytest.mark.kafka
