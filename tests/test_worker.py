@@ -185,23 +185,15 @@ async def produce(bootstrap: str, prefix: str, turns: list[Turn], *,
 async def wait_committed(bootstrap: str, group: str, topic: str, partition: int, target: int,
                          timeout: float = 30) -> int | None:
     """The group's committed offset of topic[partition], polled until it reaches ``target``."""
-    from aiokafka import TopicPartition
-    from aiokafka.admin import AIOKafkaAdminClient
+    from uac.streams.worker import committed_offsets
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
     found = None
-    try:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            offsets = await admin.list_consumer_group_offsets(group)
-            meta = offsets.get(TopicPartition(topic, partition))
-            found = None if meta is None else meta.offset
-            if found is not None and found >= target:
-                break
-            await asyncio.sleep(0.5)
-    finally:
-        await admin.close()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = (await committed_offsets(bootstrap, group, topic)).get(partition)
+        if found is not None and found >= target:
+            break
+        await asyncio.sleep(0.5)
     return found
 
 

@@ -243,20 +243,10 @@ def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
     return asyncio.run(_end_offsets(bootstrap, topic))
 
 
-async def _committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
-    from aiokafka.admin import AIOKafkaAdminClient
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        offsets = await admin.list_consumer_group_offsets(group)
-        return {tp.partition: int(meta.offset) for tp, meta in offsets.items() if tp.topic == topic}
-    finally:
-        await admin.close()
-
-
 def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
-    return asyncio.run(_committed(bootstrap, group, topic))
+    from uac.streams.worker import committed_offsets
+
+    return asyncio.run(committed_offsets(bootstrap, group, topic))
 
 
 async def _read_all(bootstrap: str, topic: str) -> list[tuple[bytes, bytes]]:

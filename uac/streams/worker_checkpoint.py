@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -47,9 +47,9 @@ from uac.streams.avro import AvroCodec, DeadLetter
 from uac.streams.embedded import default_rules
 from uac.streams.kafka_store import OutRecord, PublishingStateStore
 from uac.streams.log import InMemoryFactLog
-from uac.streams.rejects import Reject, RejectStore
+from uac.streams.rejects import InMemoryRejectStore, Reject
 from uac.streams.topics import partition_for, user_key, user_of_key
-from uac.streams.worker_extract import DLQ, FACTS, STEP_DECODE, Ack, Source, tick_key
+from uac.streams.worker_extract import DLQ, FACTS, STEP_DECODE, Ack, Source, dead_letter, tick_key
 from uac.streams.worker_restore import Restored
 
 log = logging.getLogger(__name__)
@@ -66,17 +66,8 @@ RestoreFn = Callable[[int], Awaitable[Restored]]
 (:func:`uac.streams.worker_restore.restore_batch` over ``read_partition`` of uac.state and uac.alerts)."""
 
 
-class CollectingRejects(RejectStore):
+class CollectingRejects(InMemoryRejectStore):
     """Rejects of the checkpointer (rule failures), kept until the agent sends them as dead letters."""
-
-    def __init__(self) -> None:
-        self.items: list[Reject] = []
-
-    def add(self, reject: Reject) -> None:
-        self.items.append(reject)
-
-    def __iter__(self) -> Iterator[Reject]:
-        return iter(list(self.items))
 
     def drain(self) -> list[Reject]:
         out, self.items = self.items, []
@@ -299,10 +290,7 @@ class CheckpointAgent:
 
     async def _poison(self, step_id: str, reason: str, source: Source, value: bytes | None) -> None:
         """A record that cannot be processed: a dead letter naming where it came from."""
-        log.warning("[%s] %s[%d]@%d: %s", step_id, source.topic, source.partition, source.offset, reason)
-        payload = bytes(value) if isinstance(value, bytes | bytearray | memoryview) else b""
-        letter = DeadLetter(step_id, reason, payload, source_topic=source.topic,
-                            source_partition=source.partition, source_offset=source.offset)
+        letter = dead_letter(step_id, reason, source, value)
         if source.key:
             user = user_of_key(source.key)
             key: bytes | None = user_key(user)

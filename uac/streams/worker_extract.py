@@ -106,6 +106,15 @@ class Source:
     key: bytes | None = None
 
 
+def dead_letter(step_id: str, reason: str, source: Source, value: bytes | None) -> DeadLetter:
+    """The dead letter of a record that cannot be processed (logged): its bytes, the reason and
+    where it came from."""
+    log.warning("[%s] %s[%d]@%d: %s", step_id, source.topic, source.partition, source.offset, reason)
+    payload = bytes(value) if isinstance(value, bytes | bytearray | memoryview) else b""
+    return DeadLetter(step_id, reason, payload, source_topic=source.topic,
+                      source_partition=source.partition, source_offset=source.offset)
+
+
 def tick_key(user_id: str, at: Tick) -> bytes:
     """The ``uac.facts`` key of a tick: under the user's key, ``_tick/<iso time>``. A fact id is hex,
     so it never collides with a fact; compaction only collapses the very same tick sent twice."""
@@ -437,10 +446,7 @@ class ExtractionAgent:
 
     async def _poison(self, step_id: str, reason: str, source: Source, value: bytes | None) -> None:
         """A record that cannot be processed: a dead letter naming where it came from."""
-        log.warning("[%s] %s[%d]@%d: %s", step_id, source.topic, source.partition, source.offset, reason)
-        payload = bytes(value) if isinstance(value, bytes | bytearray | memoryview) else b""
-        letter = DeadLetter(step_id, reason, payload, source_topic=source.topic,
-                            source_partition=source.partition, source_offset=source.offset)
+        letter = dead_letter(step_id, reason, source, value)
         if source.key:
             partition = partition_for(user_of_key(source.key), self.partitions)
         else:

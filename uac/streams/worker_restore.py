@@ -128,24 +128,15 @@ async def read_partition(bootstrap: str, topic: str, partition: int, *,
     """Every record of ``topic[partition]`` up to its end offset at the time of the call."""
     import asyncio
 
-    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from uac.streams.worker_view import read_records
 
-    tp = TopicPartition(topic, partition)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
-                                auto_offset_reset="earliest")
-    await consumer.start()
-    out: list[RawRecord] = []
+    async def collect() -> list[RawRecord]:
+        out: list[RawRecord] = []
+        async for _, records, _ in read_records(bootstrap, topic, [partition]):
+            out.extend((key, value) for _, key, value in records)
+        return out
+
     try:
-        consumer.assign([tp])
-        await consumer.seek_to_beginning(tp)
-        end = (await consumer.end_offsets([tp]))[tp]
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while await consumer.position(tp) < end:
-            if loop.time() > deadline:
-                raise TimeoutError(f"reading {topic}[{partition}] to offset {end} took over {timeout} s")
-            batch = await consumer.getmany(tp, timeout_ms=500)
-            out.extend((r.key, r.value) for r in batch.get(tp, []) if r.offset < end)
-    finally:
-        await consumer.stop()
-    return out
+        return await asyncio.wait_for(collect(), timeout)
+    except TimeoutError:
+        raise TimeoutError(f"reading {topic}[{partition}] to its end offset took over {timeout} s") from None

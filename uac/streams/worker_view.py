@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 
 Batch = tuple[int, list[tuple[int, bytes | None]], bool]
 """What :func:`read_facts` yields: (partition, [(offset, value)], whether the partition is read)."""
+KeyedBatch = tuple[int, list[tuple[int, bytes | None, bytes | None]], bool]
+"""What :func:`read_records` yields: (partition, [(offset, key, value)], whether it is read)."""
 
 
 @dataclass(slots=True)
@@ -158,10 +160,10 @@ class FactView:
                 part.latest[fact.user_id] = fact.observed_time
 
 
-async def read_facts(bootstrap: str, topic: str, partitions: Collection[int], *,
-                     max_records: int = 5000) -> AsyncGenerator[Batch, None]:
+async def read_records(bootstrap: str, topic: str, partitions: Collection[int], *,
+                       max_records: int = 5000) -> AsyncGenerator[KeyedBatch, None]:
     """The records of ``topic``'s ``partitions`` from offset 0 to their end offsets at the call, in
-    batches (see :data:`Batch`); a consumer of its own (no group, nothing committed)."""
+    batches (see :data:`KeyedBatch`); a consumer of its own (no group, nothing committed)."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
@@ -183,8 +185,16 @@ async def read_facts(bootstrap: str, topic: str, partitions: Collection[int], *,
             for tp, records in batch.items():
                 end = ends[tp]
                 at_end = await consumer.position(tp) >= end
-                yield tp.partition, [(r.offset, r.value) for r in records if r.offset < end], at_end
+                yield tp.partition, [(r.offset, r.key, r.value) for r in records if r.offset < end], at_end
                 if at_end:
                     left.discard(tp)
     finally:
         await consumer.stop()
+
+
+async def read_facts(bootstrap: str, topic: str, partitions: Collection[int], *,
+                     max_records: int = 5000) -> AsyncGenerator[Batch, None]:
+    """:func:`read_records` without the keys (see :data:`Batch`)."""
+    async for partition, records, at_end in read_records(bootstrap, topic, partitions,
+                                                         max_records=max_records):
+        yield partition, [(offset, value) for offset, _, value in records], at_end
