@@ -135,6 +135,10 @@ def _usage(response: Any) -> tuple[int, int]:
 
 
 def _cost(litellm: Any, response: Any) -> float:
+    hidden = getattr(response, "_hidden_params", None)
+    known = hidden.get("response_cost") if isinstance(hidden, dict) else None
+    if isinstance(known, (int, float)):  # litellm priced the call already: do not price it twice
+        return float(known)
     try:
         return float(litellm.completion_cost(completion_response=response) or 0.0)
     except Exception:  # a model without a price (local servers, the offline model): no cost
