@@ -205,3 +205,25 @@ def test_a_correction_may_supersede_facts_the_manifest_showed(fake: FakeChatServ
 def test_a_window_of_assistant_turns_only_makes_no_call(fake: FakeChatServer) -> None:
     result = run(fake, [Reply(answer(ALLERGY))], turns=[TURNS[1]])
     assert result.call is None and result.facts == [] and fake.requests == []
+
+
+def test_a_priced_model_s_call_costs_what_litellm_prices_its_tokens(fake: FakeChatServer) -> None:
+    import litellm
+
+    fake._replies = [Reply(answer(ALLERGY))]
+    model = LiteLLMModel("openai/gpt-4o-mini", api_base=fake.base_url, api_key="test-key")
+    result = model.complete([{"role": "user", "content": "hello"}])
+    prompt, completion = litellm.cost_per_token(model="gpt-4o-mini", prompt_tokens=100,
+                                                completion_tokens=20)
+    assert (result.prompt_tokens, result.completion_tokens) == (100, 20)
+    assert result.cost == pytest.approx(prompt + completion) and result.cost > 0
+
+
+def test_the_offline_model_costs_nothing_and_is_priced_in_litellm_s_cost_map() -> None:
+    import litellm
+
+    from uac.extraction.model import OFFLINE_MODEL
+
+    result = LiteLLMModel(OFFLINE_MODEL).complete([{"role": "user", "content": "{}"}])
+    assert result.cost == 0.0 and result.text == '{"facts": []}'
+    assert litellm.model_cost[OFFLINE_MODEL]["input_cost_per_token"] == 0.0
