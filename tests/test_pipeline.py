@@ -232,6 +232,29 @@ def test_user_queries_do_not_see_the_stores_own_key_column(settings: Settings,
     assert result.columns == ("user_id", "entity_type", "entity_id", "attributes", "state_version")
 
 
+ENDLESS = ("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 10000000000) "
+           "SELECT count(*) FROM n")
+
+
+def test_a_query_past_its_time_limit_is_stopped_and_the_store_answers_the_next(
+        settings: Settings, demo_path: Path) -> None:
+    import time
+
+    from uac.errors import QueryTimeoutError
+
+    api.ingest(demo_path, settings=settings)
+    limited = settings.model_copy(update={"query_timeout": 0.3})
+    started = time.monotonic()
+    with pytest.raises(QueryTimeoutError, match=r"longer than 0.3 s and was stopped"):
+        api.query("maya", ENDLESS, settings=limited)
+    assert time.monotonic() - started < 5
+    assert api.query("maya", "SELECT count(*) FROM allergies", settings=limited).scalar() >= 1
+    with DuckDBStateStore(settings.store_path, read_only=True) as store:  # one connection, reused
+        with pytest.raises(QueryTimeoutError):
+            store.query("maya", ENDLESS, timeout=0.2)
+        assert store.query("maya", "SELECT 41 + 1", timeout=0.2).scalar() == 42
+
+
 @pytest.mark.parametrize("cut", [1, 999, 1000, 1001, 1500, 2003])
 def test_a_crash_mid_append_then_the_same_ingest_gives_the_store_of_a_run_without_it(
         settings_factory: Callable[..., Settings], tmp_path: Path, cut: int) -> None:

@@ -219,6 +219,26 @@ def test_refused_sql_unknown_users_and_bad_requests(embedded: tuple[Settings, li
     asyncio.run(scenario())
 
 
+def test_a_query_past_its_time_limit_answers_400_and_the_worker_keeps_answering(
+        embedded: tuple[Settings, list[Fact | Tick]]) -> None:
+    from tests.test_pipeline import ENDLESS
+
+    _, records = embedded
+
+    async def scenario() -> None:
+        n = await owner_of_maya(records)
+        n.side.query_timeout = 0.3
+        async with served(n) as url:
+            started = time.monotonic()
+            stopped = await call(url, "/users/maya/query", sql=ENDLESS)
+            assert stopped.status == 400 and "was stopped" in stopped.body["error"]
+            assert time.monotonic() - started < 5
+            assert (await call(url, "/users/maya/state")).status == 200
+            assert (await call(url, "/users/maya/query", sql="SELECT 41 + 1")).body["rows"] == [[42]]
+
+    asyncio.run(scenario())
+
+
 def test_a_partition_being_rebuilt_answers_503_until_its_last_window_is_folded(
         embedded: tuple[Settings, list[Fact | Tick]]) -> None:
     _, records = embedded

@@ -268,7 +268,7 @@ def alert_events(user_id: str, *, settings: Settings) -> list[AlertEvent]:
 def query(user_id: str, sql: str, *, settings: Settings) -> QueryResult:
     """A read-only SQL SELECT over the user's typed tables, scoped to that user."""
     with _reader(settings) as store:
-        return store.query(user_id, sql)
+        return store.query(user_id, sql, timeout=settings.query_timeout)
 
 
 def rejects(*, settings: Settings) -> list[Reject]:

@@ -58,6 +58,10 @@ class QueryError(UacError):
     """A query was refused (not read-only, not allowed) or failed."""
 
 
+class QueryTimeoutError(QueryError):
+    """A query ran longer than its time limit and was stopped."""
+
+
 class RuleError(UacError):
     """A rule crashed or returned something that is not a finding."""
 

@@ -32,6 +32,8 @@ class Settings(BaseSettings):
     lock_timeout: float = Field(
         default=30.0, ge=0, description="Seconds to wait for a store held by another process."
     )
+    query_timeout: float = Field(
+        default=10.0, gt=0, description="Seconds one SQL query may run before it is stopped.")
     rule_days_ahead: int = Field(
         default=7, ge=0, description="Deadlines alert this many days ahead (notice periods too)."
     )

@@ -34,7 +34,7 @@ from uac.domains.catalog import GENERIC_TYPE, SQL_TYPES, EntityType, entity_type
 from uac.domains.facts import Fact, iso, to_utc
 from uac.errors import StoreBusyError, StoreError
 from uac.executor.alerts import Alert, AlertEvent
-from uac.executor.query import QueryResult, check_select, validate_sql
+from uac.executor.query import QUERY_TIMEOUT, QueryResult, check_select, validate_sql
 from uac.streams.codec import (
     alert_event_from_dict,
     alert_event_to_dict,
@@ -505,20 +505,28 @@ class DuckDBStateStore(StateStore):
             for v, w, now, changes in rows]
 
     # -- queries -------------------------------------------------------------------------------
-    def query(self, user_id: str, sql: str) -> QueryResult:
-        """Run a read-only SELECT over ``user_id``'s rows only (see :mod:`uac.executor.query`)."""
-        from uac.errors import QueryError
+    def query(self, user_id: str, sql: str, *, timeout: float | None = QUERY_TIMEOUT) -> QueryResult:
+        """Run a read-only SELECT over ``user_id``'s rows only (see :mod:`uac.executor.query`).
+
+        A query still running after ``timeout`` seconds (None: no limit) is interrupted and
+        raises :class:`~uac.errors.QueryTimeoutError`.
+        """
+        from uac.errors import QueryError, QueryTimeoutError
 
         text = validate_sql(sql)
 
         def run(con: duckdb.DuckDBPyConnection) -> QueryResult:
             tree = _one(con, "SELECT json_serialize_sql(?)", [text])
             check_select(tree[0] if tree else "{}", queryable_tables())
-            with self._scoped(con, user_id):
+            with self._scoped(con, user_id), _interrupted_after(con, timeout):
                 try:
                     cursor = con.execute(text)
                     columns = tuple(d[0] for d in cursor.description or ())
                     return QueryResult(columns, cursor.fetchall())
+                except duckdb.InterruptException:
+                    raise QueryTimeoutError(
+                        f"the query ran longer than {timeout:g} s and was stopped "
+                        "(the limit is UAC_QUERY_TIMEOUT)") from None
                 except duckdb.Error as exc:
                     raise QueryError(str(exc).strip()) from None
         return self._read(run)
@@ -535,3 +543,19 @@ class DuckDBStateStore(StateStore):
                             f"SELECT {star} FROM {source} WHERE user_id = {literal}")
             self._scoped_user = user_id
         yield
+
+
+@contextmanager
+def _interrupted_after(con: duckdb.DuckDBPyConnection, seconds: float | None) -> Iterator[None]:
+    """Interrupt what ``con`` runs once ``seconds`` have passed (an idle interrupt is a no-op)."""
+    if seconds is None:
+        yield
+        return
+    timer = threading.Timer(seconds, con.interrupt)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        timer.join()

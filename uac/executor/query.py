@@ -18,6 +18,7 @@ import orjson
 from uac.errors import QueryError
 
 MAX_SQL_CHARS = 20_000
+QUERY_TIMEOUT = 10.0  # seconds a query may run before it is stopped (Settings.query_timeout)
 
 
 @dataclass(frozen=True, slots=True)

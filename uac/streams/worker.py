@@ -232,7 +232,8 @@ def make_app(settings: Settings, *, worker_id: str = "w1", web_port: int = DEFAU
 
         reads = QuerySide(checkpoint_agent, rebuilds, worker_id=worker_id, url=str(app.conf.canonical_url),
                           facts_topic=prefix + FACTS, partitions=settings.kafka_partitions,
-                          owners=app.router.external_topics_metadata, end_offsets=end_offsets)
+                          owners=app.router.external_topics_metadata, end_offsets=end_offsets,
+                          query_timeout=settings.query_timeout)
 
         @app.on_partitions_assigned.connect
         async def query_side_assigned(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:

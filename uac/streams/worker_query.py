@@ -44,7 +44,7 @@ from uac.checkpointer.state import UserState
 from uac.checkpointer.store import StateStore
 from uac.errors import QueryError
 from uac.executor.alerts import AlertStatus
-from uac.executor.query import QueryResult
+from uac.executor.query import QUERY_TIMEOUT, QueryResult
 from uac.render import alert_records, dumps, entity_records, fact_records, query_record
 from uac.streams.codec import encode_record
 from uac.streams.topics import partition_for
@@ -112,12 +112,14 @@ def user_batch(store: StateStore, user: str) -> CommitBatch:
                        store.alert_events(user))
 
 
-def run_query(batch: CommitBatch, user: str, sql: str) -> QueryResult:
-    """``sql`` for ``user`` over ``batch`` in a fresh in-memory DuckDB store (raises QueryError)."""
+def run_query(batch: CommitBatch, user: str, sql: str,
+              timeout: float | None = QUERY_TIMEOUT) -> QueryResult:
+    """``sql`` for ``user`` over ``batch`` in a fresh in-memory DuckDB store (raises QueryError;
+    QueryTimeoutError once it has run ``timeout`` seconds)."""
     db = DuckDBStateStore(":memory:")
     try:
         db.commit(batch)
-        return db.query(user, sql)
+        return db.query(user, sql, timeout=timeout)
     finally:
         db.close()
 
@@ -211,7 +213,8 @@ class QuerySide:
 
     def __init__(self, agent: CheckpointAgent, rebuilds: Rebuilds, *, worker_id: str, url: str,
                  facts_topic: str, partitions: int, owners: Owners = dict,
-                 end_offsets: EndOffsets | None = None, timeout: float = 10.0) -> None:
+                 end_offsets: EndOffsets | None = None, timeout: float = 10.0,
+                 query_timeout: float = QUERY_TIMEOUT) -> None:
         self.agent = agent
         self.rebuilds = rebuilds
         self.worker_id = worker_id
@@ -221,6 +224,7 @@ class QuerySide:
         self.owners = owners
         self.end_offsets = end_offsets
         self.timeout = timeout
+        self.query_timeout = query_timeout
         self._tasks: set[asyncio.Future[None]] = set()
 
     def assigned(self, partitions: Iterable[int]) -> None:
@@ -295,7 +299,7 @@ class QuerySide:
             return error(400, 'no SQL: give it as ?sql=... or as the POST body (text, or JSON {"sql": ...})')
         batch = user_batch(store, user)  # a snapshot, taken on the event loop
         try:
-            result = await asyncio.to_thread(run_query, batch, user, sql)
+            result = await asyncio.to_thread(run_query, batch, user, sql, self.query_timeout)
         except QueryError as exc:
             return error(400, str(exc))
         return Reply.json(200, query_record(result))
