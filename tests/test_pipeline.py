@@ -240,7 +240,7 @@ def test_a_query_past_its_time_limit_is_stopped_and_the_store_answers_the_next(
         settings: Settings, demo_path: Path) -> None:
     import time
 
-    from uac.errors import QueryTimeoutError
+    from uac.errors import QueryError, QueryTimeoutError
 
     api.ingest(demo_path, settings=settings)
     limited = settings.model_copy(update={"query_timeout": 0.3})
@@ -253,6 +253,11 @@ def test_a_query_past_its_time_limit_is_stopped_and_the_store_answers_the_next(
         with pytest.raises(QueryTimeoutError):
             store.query("maya", ENDLESS, timeout=0.2)
         assert store.query("maya", "SELECT 41 + 1", timeout=0.2).scalar() == 42
+        rows = ("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {}) "
+                "SELECT i FROM n")
+        assert len(store.query("maya", rows.format(100_000)).rows) == 100_000
+        with pytest.raises(QueryError, match="more than 100,000 rows: aggregate, or add a LIMIT"):
+            store.query("maya", rows.format(100_001))
 
 
 @pytest.mark.parametrize("cut", [1, 999, 1000, 1001, 1500, 2003])

@@ -34,7 +34,7 @@ from uac.domains.catalog import GENERIC_TYPE, SQL_TYPES, EntityType, entity_type
 from uac.domains.facts import Fact, iso, to_utc
 from uac.errors import StoreBusyError, StoreError
 from uac.executor.alerts import Alert, AlertEvent
-from uac.executor.query import QUERY_TIMEOUT, QueryResult, check_select, validate_sql
+from uac.executor.query import MAX_ROWS, QUERY_TIMEOUT, QueryResult, check_select, validate_sql
 from uac.streams.codec import (
     alert_event_from_dict,
     alert_event_to_dict,
@@ -509,7 +509,8 @@ class DuckDBStateStore(StateStore):
         """Run a read-only SELECT over ``user_id``'s rows only (see :mod:`uac.executor.query`).
 
         A query still running after ``timeout`` seconds (None: no limit) is interrupted and
-        raises :class:`~uac.errors.QueryTimeoutError`.
+        raises :class:`~uac.errors.QueryTimeoutError`; one returning more than
+        :data:`~uac.executor.query.MAX_ROWS` rows raises :class:`~uac.errors.QueryError`.
         """
         from uac.errors import QueryError, QueryTimeoutError
 
@@ -522,13 +523,17 @@ class DuckDBStateStore(StateStore):
                 try:
                     cursor = con.execute(text)
                     columns = tuple(d[0] for d in cursor.description or ())
-                    return QueryResult(columns, cursor.fetchall())
+                    rows = cursor.fetchmany(MAX_ROWS + 1)
                 except duckdb.InterruptException:
                     raise QueryTimeoutError(
                         f"the query ran longer than {timeout:g} s and was stopped "
                         "(the limit is UAC_QUERY_TIMEOUT)") from None
                 except duckdb.Error as exc:
                     raise QueryError(str(exc).strip()) from None
+            if len(rows) > MAX_ROWS:
+                raise QueryError(f"the query returns more than {MAX_ROWS:,} rows: aggregate, "
+                                 "or add a LIMIT")
+            return QueryResult(columns, rows)
         return self._read(run)
 
     @contextmanager

@@ -19,6 +19,7 @@ from uac.errors import QueryError
 
 MAX_SQL_CHARS = 20_000
 QUERY_TIMEOUT = 10.0  # seconds a query may run before it is stopped (Settings.query_timeout)
+MAX_ROWS = 100_000  # rows a query may return; more is refused (aggregate, or add a LIMIT)
 
 
 @dataclass(frozen=True, slots=True)
