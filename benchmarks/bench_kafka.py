@@ -19,6 +19,10 @@ turns in order, 128 users at a time.
   rounds): a subprocess consumes the turns topic, produces every record to another topic (acks=all,
   idempotent) and commits after each batch; until every record is on the output topic. Ratio
   pipeline/passthrough.
+* Context, in the same repeat and timed the same way: TWO workers of one group over the same
+  backlog (fresh topics; the scaling the shared partitions give, on this 2-core machine shared
+  with the broker), and the embedded pipeline over the same turns in one process (``api.ingest_turns``:
+  the same extraction, fold and rules without Kafka).
 * Latency turn -> alert (after the throughput round, on the same worker, at a modest rate so that
   nothing queues): users whose penicillin allergy is already in state send a prescription of a
   penicillin-class drug, followed by the assistant's reply as in a chat; from just before the send
@@ -41,7 +45,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -212,13 +216,13 @@ class Child:
         self._out.close()
 
 
-def start_worker(bootstrap: str, prefix: str, work: Path) -> Child:
+def start_worker(bootstrap: str, prefix: str, work: Path, worker_id: str = "bench") -> Child:
     """``uac worker`` with the checkpoint agent, the offline model, defaults otherwise; healthy."""
     port = free_port()
     cmd = [sys.executable, "-c", "from uac.cli import main; main()", "worker", "--bootstrap",
-           bootstrap, "--prefix", prefix, "--port", str(port), "--worker-id", "bench"]
-    child = Child(cmd, work / "worker.log",
-                  clean_env(UAC_DATA_DIR=str(work / "data"), UAC_WORKER_CHECKPOINT="1"))
+           bootstrap, "--prefix", prefix, "--port", str(port), "--worker-id", worker_id]
+    child = Child(cmd, work / f"worker-{worker_id}.log",
+                  clean_env(UAC_DATA_DIR=str(work / "data" / worker_id), UAC_WORKER_CHECKPOINT="1"))
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         child.check()
@@ -231,6 +235,47 @@ def start_worker(bootstrap: str, prefix: str, work: Path) -> Child:
         time.sleep(0.2)
     child.stop()
     raise RuntimeError(f"the worker was not healthy within 60 s:\n{child.tail()}")
+
+
+class Workers:
+    """Several workers of one consumer group, paused, resumed, checked and stopped together."""
+
+    def __init__(self, children: list[Child]) -> None:
+        self.children = children
+
+    def pause(self) -> None:
+        for c in self.children:
+            c.pause()
+
+    def resume(self) -> None:
+        for c in self.children:
+            c.resume()
+
+    def check(self) -> None:
+        for c in self.children:
+            c.check()
+
+    def cpu_seconds(self) -> float:
+        return sum(c.cpu_seconds() for c in self.children)
+
+    def tail(self, lines: int = 30) -> str:
+        return "\n".join(f"{c.log.stem}:\n{c.tail(lines)}" for c in self.children)
+
+    def stop(self) -> None:
+        for c in self.children:
+            c.stop()
+
+
+def start_workers(bootstrap: str, prefix: str, work: Path, count: int) -> Workers:
+    """``count`` healthy workers sharing the partitions (one group)."""
+    started: list[Child] = []
+    try:
+        for k in range(count):
+            started.append(start_worker(bootstrap, prefix, work, f"bench{k + 1}"))
+    except BaseException:
+        Workers(started).stop()
+        raise
+    return Workers(started)
 
 
 def start_passthrough(bootstrap: str, source: str, dest: str, work: Path) -> Child:
@@ -310,7 +355,8 @@ async def send_all(producer: Any, sessions: Sequence[Sequence[Turn]]) -> float:
     return time.perf_counter() - started
 
 
-async def backlog(producer: Any, sessions: Sequence[Sequence[Turn]], child: Child) -> tuple[float, float]:
+async def backlog(producer: Any, sessions: Sequence[Sequence[Turn]], child: Child | Workers
+                  ) -> tuple[float, float]:
     """Send the sessions while ``child`` is stopped (SIGSTOP), then let it go (SIGCONT): a backlog
     of every record at once. (perf_counter at the SIGCONT, seconds the sends took)."""
     child.pause()
@@ -384,7 +430,7 @@ class Outcome:
 
 
 async def pipeline_round(bootstrap: str, prefix: str, sessions: Sequence[Sequence[Turn]], tag: str,
-                         worker: Child) -> Outcome:
+                         worker: Workers) -> Outcome:
     """The sessions as a backlog; wait for every window's tick, then for the sentinels' state."""
     from uac.client import UacProducer
 
@@ -499,7 +545,7 @@ class LatencyWatch:
 
 
 async def turn_to_alert(bootstrap: str, prefix: str, samples: int, interval: float,
-                        worker: Child) -> dict[str, list[float]]:
+                        worker: Workers) -> dict[str, list[float]]:
     """Seconds from a prescription turn's send to its raised alert: as seen by a consumer of
     ``uac.alerts`` ("seen"), by the alert record's timestamp ("published"), and to the record
     timestamp of the turn's fact on ``uac.facts`` ("fact")."""
@@ -528,7 +574,7 @@ async def turn_to_alert(bootstrap: str, prefix: str, samples: int, interval: flo
 
 
 async def measure_worker(bootstrap: str, prefix: str, cfg: Config, sessions: list[list[Turn]],
-                         worker: Child, latency: bool) -> tuple[Outcome, dict[str, list[float]] | None]:
+                         worker: Workers, latency: bool) -> tuple[Outcome, dict[str, list[float]] | None]:
     """A warm-up round (the worker's first model call imports litellm), the timed round, then
     (``latency``) the turn -> alert samples."""
     await pipeline_round(bootstrap, prefix, workload(cfg.seed + 1, "warm", 40, 2, WARM_START), "warm",
@@ -541,16 +587,16 @@ async def measure_worker(bootstrap: str, prefix: str, cfg: Config, sessions: lis
                                         cfg.kafka_latency_interval, worker)
 
 
-def pipeline_repeat(bootstrap: str, cfg: Config, sessions: list[list[Turn]], latency: bool
-                    ) -> tuple[Outcome, dict[str, list[float]] | None]:
-    """Fresh topics (a new prefix) and a fresh worker; stopped at the end."""
+def pipeline_repeat(bootstrap: str, cfg: Config, sessions: list[list[Turn]], latency: bool,
+                    workers: int = 1) -> tuple[Outcome, dict[str, list[float]] | None]:
+    """Fresh topics (a new prefix) and fresh workers (one group); stopped at the end."""
     from uac.streams.topics import ensure_topics
 
     prefix = f"bench-{uuid.uuid4().hex[:8]}-"
     work = cfg.work / "kafka" / prefix.rstrip("-")
     work.mkdir(parents=True)
     asyncio.run(ensure_topics(bootstrap, partitions=PARTITIONS, prefix=prefix))
-    worker = start_worker(bootstrap, prefix, work)
+    worker = start_workers(bootstrap, prefix, work, workers)
     try:
         return asyncio.run(measure_worker(bootstrap, prefix, cfg, sessions, worker, latency))
     except BaseException:
@@ -590,6 +636,22 @@ def passthrough_repeat(broker: Any, cfg: Config, sessions: list[list[Turn]]) -> 
         child.stop()
 
 
+def embedded_repeat(cfg: Config, sessions: list[list[Turn]]) -> Outcome:
+    """The same turns through the embedded pipeline (``api.ingest_turns``, the offline model, a
+    fresh data directory) in this process, after a warm-up: the work without Kafka."""
+    from uac import api
+
+    work = cfg.work / "kafka" / f"embedded-{uuid.uuid4().hex[:8]}"
+    api.ingest_turns([t for s in workload(cfg.seed + 1, "warm", 40, 2, WARM_START) for t in s],
+                     settings=Settings(data_dir=work / "warm"))
+    turns = [t for s in sessions for t in s]
+    settle()
+    cpu, started = time.process_time(), time.perf_counter()
+    summary = api.ingest_turns(turns, settings=Settings(data_dir=work / "run"))
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    return Outcome(len(turns), seconds, 0.0, cpu, None, summary.appended)
+
+
 def unavailable() -> str | None:
     """Why the benchmark cannot run here (no Java, no broker jars, no aiokafka), or None."""
     from uac.streams.testbroker import DEFAULT_JAR_CACHE, DEFAULT_LOG4J_CONFIG
@@ -618,28 +680,68 @@ def run(cfg: Config) -> list[Figure]:
         return [Figure("kafka_skipped", "Kafka benchmark", None, "", 0, display=f"skipped: {reason}")]
     sessions = workload(cfg.seed, "run", cfg.kafka_users, cfg.kafka_sessions, DATA_START)
     load = os.getloadavg()[0]
-    pipes: list[Outcome] = []
-    passes: list[Outcome] = []
+    runs = Runs()
     latency: dict[str, list[float]] | None = None
     with KafkaBroker(DEFAULT_JAR_CACHE, base_dir=cfg.work) as broker:
         for k in range(cfg.kafka_repeats):
             pipe, lat = pipeline_repeat(broker.bootstrap, cfg, sessions, k == cfg.kafka_repeats - 1)
             latency = lat or latency
-            pipes.append(pipe)
-            passes.append(passthrough_repeat(broker, cfg, sessions))
+            runs.pipes.append(pipe)
+            runs.passes.append(passthrough_repeat(broker, cfg, sessions))
+            runs.pairs.append(pipeline_repeat(broker.bootstrap, cfg, sessions, False, workers=2)[0])
+            runs.embedded.append(embedded_repeat(cfg, sessions))
             print(f"[kafka] repeat {k + 1}: pipeline {pipe.rate:,.0f} turns/s ({pipe.seconds:.1f} s), "
-                  f"passthrough {passes[-1].rate:,.0f} records/s ({passes[-1].seconds:.1f} s)",
-                  flush=True)
+                  f"two workers {runs.pairs[-1].rate:,.0f} turns/s, embedded "
+                  f"{runs.embedded[-1].rate:,.0f} turns/s, passthrough {runs.passes[-1].rate:,.0f} "
+                  f"records/s ({runs.passes[-1].seconds:.1f} s)", flush=True)
     assert latency is not None
-    return figures(cfg, sessions, pipes, passes, latency, load)
+    return figures(cfg, sessions, runs, latency, load)
 
 
-def figures(cfg: Config, sessions: list[list[Turn]], pipes: list[Outcome], passes: list[Outcome],
-            latency: dict[str, list[float]], load: float) -> list[Figure]:
-    what = (f"{pipes[0].records:,} turns ({cfg.kafka_users} users x {cfg.kafka_sessions} sessions, "
-            f"{windows_of(sessions):,} windows) as one backlog, {PARTITIONS} partitions, one worker; "
-            f"load average {load:.2f} at start; median of {len(pipes)} repeat(s), fresh topics each")
-    return throughput_figures(pipes, passes, what) + latency_figures(cfg, latency)
+@dataclass
+class Runs:
+    """Every repeat's timed rounds: one worker, the passthrough, two workers, the embedded pipeline."""
+
+    pipes: list[Outcome] = field(default_factory=list)
+    passes: list[Outcome] = field(default_factory=list)
+    pairs: list[Outcome] = field(default_factory=list)
+    embedded: list[Outcome] = field(default_factory=list)
+
+
+def figures(cfg: Config, sessions: list[list[Turn]], runs: Runs, latency: dict[str, list[float]],
+            load: float) -> list[Figure]:
+    what = (f"{runs.pipes[0].records:,} turns ({cfg.kafka_users} users x {cfg.kafka_sessions} "
+            f"sessions, {windows_of(sessions):,} windows) as one backlog, {PARTITIONS} partitions, one "
+            f"worker; load average {load:.2f} at start; median of {len(runs.pipes)} repeat(s), fresh "
+            "topics each")
+    return (throughput_figures(runs.pipes, runs.passes, what) + scaling_figures(runs)
+            + latency_figures(cfg, latency))
+
+
+def scaling_figures(runs: Runs) -> list[Figure]:
+    """Two workers of one group against one, and one worker against the embedded pipeline."""
+    one, two = [p.rate for p in runs.pipes], [p.rate for p in runs.pairs]
+    embedded = [p.rate for p in runs.embedded]
+    n, count = runs.pipes[0].records, len(runs.pipes)
+    return [
+        Figure("kafka_two_workers_turns_per_s", "Kafka, two workers of one group, turns end to end",
+               median(two), "turns/s", count,
+               detail={"turns_per_s": two, "cpu_ms_per_turn": [1000 * p.cpu / n for p in runs.pairs]},
+               note="the same backlog, timed the same way, with two `uac worker` processes sharing "
+                    "the 8 partitions (this machine has 2 cores, shared with the broker)"),
+        Figure("kafka_two_workers_vs_one", "Kafka, two workers / one worker",
+               median([b / a for a, b in zip(one, two, strict=True)]), "x", count,
+               note="median of the per-repeat ratios"),
+        Figure("kafka_embedded_turns_per_s", "embedded pipeline, the same turns (no Kafka)",
+               median(embedded), "turns/s", count,
+               detail={"turns_per_s": embedded, "cpu_ms_per_turn": [1000 * p.cpu / n for p in runs.embedded]},
+               note="api.ingest_turns of the same turns in one process, offline model, a fresh data "
+                    "directory (DuckDB store, fsynced fact log)"),
+        Figure("kafka_worker_vs_embedded", "Kafka worker throughput / embedded pipeline",
+               median([a / e for a, e in zip(one, embedded, strict=True)]), "x", count,
+               note="median of the per-repeat ratios: what the worker costs over doing the same work "
+                    "in one process"),
+    ]
 
 
 def throughput_figures(pipes: list[Outcome], passes: list[Outcome], what: str) -> list[Figure]:
@@ -675,6 +777,8 @@ def throughput_figures(pipes: list[Outcome], passes: list[Outcome], what: str) -
 
 
 def latency_figures(cfg: Config, latency: dict[str, list[float]]) -> list[Figure]:
+    from uac.streams.worker import idle_check_interval
+
     idle = idle_timeout()
     seen = [1000 * s for s in latency["seen"]]
     published = [1000 * s for s in latency["published"]]
@@ -684,7 +788,7 @@ def latency_figures(cfg: Config, latency: dict[str, list[float]]) -> list[Figure
             "raised drug_allergy alert reaches a consumer of uac.alerts")
     window = (f"the window is the worker's idle timeout, {idle:g} s by default: it closes a user's "
               "extraction window once no turn of theirs came for that long (the worker's timer looks "
-              f"every {max(0.05, min(1.0, idle / 2)):g} s); the checkpoint window is then closed by "
+              f"every {idle_check_interval(idle):g} s); the checkpoint window is then closed by "
               "the tick that ends the extraction window")
     return [
         Figure("kafka_turn_alert_p50_ms", "turn -> alert latency p50, default window",
