@@ -48,9 +48,10 @@ from uac.streams.embedded import default_rules
 from uac.streams.kafka_store import OutRecord, PublishingStateStore
 from uac.streams.log import InMemoryFactLog
 from uac.streams.rejects import InMemoryRejectStore, Reject
-from uac.streams.topics import partition_for, user_key, user_of_key
+from uac.streams.topics import user_key, user_of_key
 from uac.streams.worker_extract import DLQ, FACTS, STEP_DECODE, Ack, Source, dead_letter, tick_key
 from uac.streams.worker_restore import Restored
+from uac.streams.worker_view import partition_of
 
 log = logging.getLogger(__name__)
 STEP_FACTS = "checkpoint.facts"
@@ -111,6 +112,7 @@ class CheckpointAgent:
         self._parts: dict[int, _Partition] = {}
         self._assigned: set[int] = set()
         self._lock = asyncio.Lock()
+        self._facts_in = self.metrics.records_in.labels(STEP_FACTS)
         self.records_sent = 0
         self.dead_letters = 0
 
@@ -180,7 +182,7 @@ class CheckpointAgent:
 
     async def on_fact(self, source: Source, value: bytes | None, ack: Ack) -> None:
         """One ``uac.facts`` record: into its partition's log (acknowledged once its window is out)."""
-        self.metrics.records_in.labels(STEP_FACTS).inc()
+        self._facts_in.inc()
         if value is None:  # a tombstone (erasure): not handled by this slice
             ack()
             return
@@ -294,7 +296,7 @@ class CheckpointAgent:
         if source.key:
             user = user_of_key(source.key)
             key: bytes | None = user_key(user)
-            partition = partition_for(user, self.partitions)
+            partition = partition_of(user, self.partitions)
         else:
             key, partition = None, source.partition % self.partitions
         self.metrics.rejects.labels(step_id).inc()

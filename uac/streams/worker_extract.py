@@ -74,8 +74,8 @@ from uac.extraction.windows import TurnWindows, WindowPolicy
 from uac.metrics import Metrics
 from uac.streams.avro import AvroCodec, DeadLetter
 from uac.streams.observations import parse_observation
-from uac.streams.topics import fact_key, partition_for, user_key, user_of_key
-from uac.streams.worker_view import Batch, FactView
+from uac.streams.topics import fact_key, user_key, user_of_key
+from uac.streams.worker_view import Batch, FactView, partition_of
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +169,8 @@ class ExtractionAgent:
         self.retry_delay = retry_delay
         self.view = FactView(partitions)
         self._slots: dict[tuple[int, str], _Slot] = {}
+        self._pending = 0
+        """Turns held in open windows (the sum of the slots' ``held``, kept as they change)."""
         self._flight: set[asyncio.Task[bool]] = set()
         self._last: dict[tuple[int, str], asyncio.Task[bool]] = {}
         """Per (partition, user): the task of the user's latest window still in flight."""
@@ -183,6 +185,8 @@ class ExtractionAgent:
         self.windows_in_flight = Gauge("uac_worker_windows_in_flight",
                                        "Extraction windows closed and not yet done",
                                        registry=self.metrics.registry)
+        self._turns_in = self.metrics.records_in.labels(STEP_TURNS)
+        self._observations_in = self.metrics.records_in.labels(STEP_OBSERVATIONS)
         self.dead_letters = 0
         self.facts_sent = 0
 
@@ -194,7 +198,7 @@ class ExtractionAgent:
             await self._observe(source, value, ack)
 
     async def _observe(self, source: Source, value: bytes | None, ack: Ack) -> None:
-        self.metrics.records_in.labels(STEP_OBSERVATIONS).inc()
+        self._observations_in.inc()
         try:
             data = self.codec.decode(OBSERVATIONS, value)  # type: ignore[arg-type]
         except CodecError as exc:
@@ -210,7 +214,7 @@ class ExtractionAgent:
         if isinstance(record, Tick):
             user = user_of_key(source.key) if source.key else ""
             await (await self._send(FACTS, tick_key(user, record), record,
-                                    partition_for(user, self.partitions)))
+                                    partition_of(user, self.partitions)))
         else:
             await (await self._send_fact(record))
             self.view.fold_in(record)
@@ -223,7 +227,7 @@ class ExtractionAgent:
         are acknowledged when its outputs are out). Returns once fewer than ``max_in_flight`` windows
         are in flight (see the module docstring)."""
         self._raise_failure()
-        self.metrics.records_in.labels(STEP_TURNS).inc()
+        self._turns_in.inc()
         try:
             turn = self.codec.decode_as(TURNS, value, Turn)  # type: ignore[arg-type]
         except CodecError as exc:
@@ -236,6 +240,7 @@ class ExtractionAgent:
             slot = self._slots[slot_key] = _Slot(TurnWindows(self.policy))
         closed = slot.windows.add(turn)
         slot.held.append(_Held(source, ack))
+        self._pending += 1
         slot.last_seen = self.clock()
         started = [self._start(slot_key, slot, window) for window in closed]
         if not slot.held:
@@ -276,6 +281,7 @@ class ExtractionAgent:
                 task.cancel()
         dropped = self.pending
         self._slots.clear()
+        self._pending = 0
         self._update_gauge()
         async with self._observing:
             await self.drain()
@@ -351,7 +357,7 @@ class ExtractionAgent:
 
     @property
     def pending(self) -> int:
-        return sum(len(s.held) for s in self._slots.values())
+        return self._pending
 
     # -- outputs ---------------------------------------------------------------------------------
 
@@ -359,6 +365,7 @@ class ExtractionAgent:
         """Start a closed window's task (:meth:`_window`), after the user's previous window."""
         held = slot.held[:len(window)]
         del slot.held[:len(window)]
+        self._pending -= len(held)
         task = asyncio.get_running_loop().create_task(
             self._window(slot_key[0], window, held, self._last.get(slot_key)))
         self._last[slot_key] = task
@@ -424,7 +431,7 @@ class ExtractionAgent:
         """Queue a window's facts, then the tick at its last turn, then its rejects (dead letters naming
         ``first``, the record of its first turn), in one go; then wait until the broker has all."""
         user = window[0].user_id
-        partition = partition_for(user, self.partitions)
+        partition = partition_of(user, self.partitions)
         last = Tick(max(t.timestamp for t in window))
         async with self._queueing:
             sent = [await self._send_fact(fact) for fact in result.facts]
@@ -439,7 +446,7 @@ class ExtractionAgent:
 
     async def _send_fact(self, fact: Fact) -> Awaitable[Any]:
         return await self._send(FACTS, fact_key(fact.user_id, fact.fact_id), fact,
-                          partition_for(fact.user_id, self.partitions))
+                          partition_of(fact.user_id, self.partitions))
 
     async def _send(self, base: str, key: bytes | None, record: object, partition: int) -> Awaitable[Any]:
         return await self.send(self.prefix + base, key, self.codec.encode(base, record), partition)
@@ -448,7 +455,7 @@ class ExtractionAgent:
         """A record that cannot be processed: a dead letter naming where it came from."""
         letter = dead_letter(step_id, reason, source, value)
         if source.key:
-            partition = partition_for(user_of_key(source.key), self.partitions)
+            partition = partition_of(user_of_key(source.key), self.partitions)
         else:
             partition = source.partition % self.partitions
         self.metrics.rejects.labels(step_id).inc()
