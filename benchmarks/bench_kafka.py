@@ -267,15 +267,43 @@ class Workers:
 
 
 def start_workers(bootstrap: str, prefix: str, work: Path, count: int) -> Workers:
-    """``count`` healthy workers sharing the partitions (one group)."""
+    """``count`` healthy workers sharing the partitions (one group), the group settled: a round
+    starting while the last one joins would time a rebalance too."""
     started: list[Child] = []
     try:
         for k in range(count):
             started.append(start_worker(bootstrap, prefix, work, f"bench{k + 1}"))
+        if count > 1:
+            asyncio.run(group_settled(bootstrap, prefix, count, Workers(started)))
     except BaseException:
         Workers(started).stop()
         raise
     return Workers(started)
+
+
+async def group_settled(bootstrap: str, prefix: str, members: int, workers: Workers,
+                        timeout: float = 90.0) -> None:
+    """Wait until the workers' consumer group is Stable with ``members`` members."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    from uac.streams.worker import app_id
+
+    group = app_id(Settings(topic_prefix=prefix))
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        deadline, seen = time.monotonic() + timeout, None
+        while time.monotonic() < deadline:
+            workers.check()
+            (response,) = await admin.describe_consumer_groups([group])
+            _, _, state, _, _, found = response.groups[0][:6]
+            seen = (state, len(found))
+            if seen == ("Stable", members):
+                return
+            await asyncio.sleep(0.5)
+    finally:
+        await admin.close()
+    raise RuntimeError(f"group {group} not Stable with {members} members within {timeout:g} s: {seen}")
 
 
 def start_passthrough(bootstrap: str, source: str, dest: str, work: Path) -> Child:
