@@ -72,6 +72,13 @@ def expected_fact_ids(turns: list[Turn]) -> set[str]:
     return {f.fact_id for _, facts in extracted(turns) for f in facts}
 
 
+def without_offset(key: bytes) -> bytes:
+    """A tick key without the ``uac.turns`` offset a window's closing tick names (``USER/_tick/TIME``)."""
+    from uac.streams.worker_extract import extracted_through
+
+    return key.rsplit(b"/", 1)[0] if extracted_through(key) else key
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -8,8 +8,11 @@ import asyncio
 import functools
 from collections import defaultdict
 from collections.abc import AsyncGenerator, Collection
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from tests.test_worker import DEMO, PARTITIONS, demo, extracted
 from uac.checkpointer.fold import fold
@@ -23,7 +26,9 @@ from uac.streams.avro import AvroCodec
 from uac.streams.embedded import EmbeddedPipeline
 from uac.streams.topics import partition_for, user_key
 from uac.streams.worker_extract import ExtractionAgent, Source
-from uac.streams.worker_view import Batch, FactView
+from uac.streams.worker_view import FactView, KeyedBatch
+
+T0 = datetime(2025, 3, 4, 21, 0, tzinfo=UTC)
 
 P = partition_for("maya", PARTITIONS)
 FACTS = "p-uac.facts"
@@ -42,7 +47,7 @@ def embedded_facts(tmp: Path) -> dict[str, Fact]:
 
 class Broker:
     """Topics as lists of (key, value) per partition: ``send`` writes (acknowledged at once); ``read``
-    reads ``uac.facts`` back as :func:`~uac.streams.worker_view.read_facts` does (up to the end offsets
+    reads ``uac.facts`` back as :func:`~uac.streams.worker_view.read_records` does (up to the end offsets
     at the call, three records a batch), once ``opened`` is set."""
 
     def __init__(self) -> None:
@@ -51,6 +56,12 @@ class Broker:
         self.opened.set()
         self.reads = 0
         self.codec = AvroCodec()
+        self.turns: dict[tuple[int, str, str, str], int] = {}
+
+    def turn_offset(self, partition: int, turn: Turn) -> int:
+        """The ``uac.turns`` offset of ``turn`` (the same turn fed again: the same offset)."""
+        at = (partition, turn.user_id, turn.conversation_id, turn.turn_id)
+        return self.turns.setdefault(at, sum(1 for k in self.turns if k[0] == partition))
 
     async def send(self, topic: str, key: bytes | None, value: bytes | None, partition: int) -> Any:
         self.records[(topic, partition)].append((key, value))
@@ -58,12 +69,12 @@ class Broker:
         done.set_result(None)
         return done
 
-    async def read(self, topic: str, partitions: Collection[int]) -> AsyncGenerator[Batch, None]:
+    async def read(self, topic: str, partitions: Collection[int]) -> AsyncGenerator[KeyedBatch, None]:
         self.reads += 1
         ends = {p: len(self.records[(topic, p)]) for p in partitions}
         await self.opened.wait()
         for p in partitions:
-            values = list(enumerate(v for _, v in self.records[(topic, p)][:ends[p]]))
+            values = [(i, k, v) for i, (k, v) in enumerate(self.records[(topic, p)][:ends[p]])]
             if not values:
                 yield p, [], True
             for i in range(0, len(values), 3):
@@ -81,10 +92,11 @@ class Broker:
 class Driver:
     """An :class:`ExtractionAgent` fed turns as the worker feeds it (offline model, no thread)."""
 
-    def __init__(self, broker: Broker, *, read: bool = False) -> None:
+    def __init__(self, broker: Broker, *, read: bool = False, model: LiteLLMModel | None = None) -> None:
         self.now: list[float] = [0.0]
         self.acked: list[str] = []
-        self.agent = ExtractionAgent(Extractor(LiteLLMModel(OFFLINE_MODEL)), broker.send,
+        self.broker = broker
+        self.agent = ExtractionAgent(Extractor(model or LiteLLMModel(OFFLINE_MODEL)), broker.send,
                                      partitions=PARTITIONS, prefix="p-", idle_timeout=2.0,
                                      clock=lambda: self.now[0], offload=False,
                                      read=broker.read if read else None)
@@ -93,7 +105,8 @@ class Driver:
     async def feed(self, turns: list[Turn]) -> None:
         for turn in turns:
             value = self.codec.encode("uac.turns", turn)
-            source = Source("p-uac.turns", partition_for(turn.user_id, PARTITIONS), 0, user_key(turn.user_id))
+            part = partition_for(turn.user_id, PARTITIONS)
+            source = Source("p-uac.turns", part, self.broker.turn_offset(part, turn), user_key(turn.user_id))
             await self.agent.on_turn(source, value, functools.partial(self.acked.append, turn.turn_id))
 
     async def idle_out(self) -> int:
@@ -241,3 +254,42 @@ def test_agent_reads_its_partition_back_before_extracting(tmp_path: Path) -> Non
         broker.opened.set()
 
     asyncio.run(scenario())
+
+
+def test_turns_read_again_are_not_extracted_again_so_a_model_answering_otherwise_changes_nothing(
+        ) -> None:
+    """A worker dies after a window's facts and closing tick are on ``uac.facts`` but before its turns'
+    offsets are committed: the next owner reads the turns again. A hosted model need not answer the
+    same twice (here it would say another reaction), so they must not go to it again: the tick names
+    the last turn's offset, and turns up to it are acknowledged without a model call."""
+    from uac.extraction.fake_server import FakeChatServer, Reply
+
+    def allergy(reaction: str, turn: str) -> Reply:
+        return Reply(orjson.dumps({"facts": [{
+            "type": "allergy", "op": "assert", "turns": [turn],
+            "attributes": {"substance": "penicillin", "reaction": reaction}}]}).decode())
+
+    turns = [Turn("maya", "chat", "t1", "user", "I'm allergic to penicillin.", T0, "s1"),
+             Turn("maya", "chat", "t2", "assistant", "Noted.", T0 + timedelta(minutes=1), "s1"),
+             Turn("maya", "chat", "t3", "user", "It gives me hives.", T0 + timedelta(hours=9), "s2")]
+
+    async def scenario(fake: FakeChatServer) -> tuple[Broker, Driver]:
+        model = LiteLLMModel("openai/fake-model", api_base=fake.base_url, api_key="test-key")
+        broker = Broker()
+        one = Driver(broker, model=model)
+        await one.feed(turns[:2])
+        assert await one.idle_out() == 1 and one.acked == ["t1", "t2"]
+        two = Driver(broker, read=True, model=model)  # the turns' offsets were not committed
+        two.agent.assign([P])
+        await two.feed(turns)
+        assert await two.idle_out() == 1
+        return broker, two
+
+    with FakeChatServer([allergy("rash", "t1"), allergy("hives", "t3"), allergy("swelling", "t1")]) as fake:
+        broker, two = asyncio.run(scenario(fake))
+        asked = [orjson.loads(r["messages"][-1]["content"])["turns"] for r in fake.requests]
+    assert [[t["id"] for t in window] for window in asked] == [["t1", "t2"], ["t3"]]
+    assert two.acked == ["t1", "t2", "t3"] and two.agent.turns_skipped == 2
+    assert sorted(f.attributes["reaction"] for f in broker.facts()) == ["hives", "rash"]
+    ticks = [k for k, _ in broker.records[(FACTS, P)] if k and b"/_tick/" in k]
+    assert [k.rsplit(b"/", 1)[1] for k in ticks] == [b"1", b"2"]  # the offsets of t2 and t3

@@ -47,7 +47,7 @@ from uac.streams.worker_checkpoint import CheckpointAgent, RestoreFn
 from uac.streams.worker_extract import FACTS, OBSERVATIONS, TURNS, ExtractionAgent, Source
 from uac.streams.worker_query import JSON_TYPE, NEEDS_CHECKPOINT, QuerySide, Rebuilds, default_url, error
 from uac.streams.worker_restore import Restored, read_partition, restore_batch
-from uac.streams.worker_view import read_facts
+from uac.streams.worker_view import read_records
 
 log = logging.getLogger(__name__)
 APP_ID = "uac"
@@ -145,7 +145,7 @@ def make_app(settings: Settings, *, worker_id: str = "w1", web_port: int = DEFAU
     agent = ExtractionAgent(extractor or extractor_from(settings), send,
                             partitions=settings.kafka_partitions, prefix=prefix,
                             policy=window_policy(settings), metrics=metrics, idle_timeout=idle_timeout,
-                            read=lambda topic, parts: read_facts(settings.kafka_bootstrap, topic, parts))
+                            read=lambda topic, parts: read_records(settings.kafka_bootstrap, topic, parts))
 
     turns = app.topic(prefix + TURNS, key_serializer="raw", value_serializer="raw")
     observations = app.topic(prefix + OBSERVATIONS, key_serializer="raw", value_serializer="raw")

@@ -15,9 +15,12 @@ unacknowledged one) only after every output it causes was produced and acknowled
 
 Windows are kept per (source partition, user): a user lives on one partition, and after a rebalance
 :meth:`ExtractionAgent.reset` drops every open window (their turns were never acknowledged, so the
-consumer reads them again from the committed offset, here or on the partition's new owner). At worst
-a window is extracted twice; the facts then have the same ids and the same ``user/fact_id`` keys,
-which compaction collapses.
+consumer reads them again from the committed offset, here or on the partition's new owner). A turn
+read again is not extracted again once its window is done: the window's closing tick, produced after
+its facts, names the ``uac.turns`` offset of its last turn (:func:`tick_key`), the view keeps the
+highest per user (also read back on assignment), and the turns up to it are acknowledged without a
+model call (:meth:`ExtractionAgent._not_yet_extracted`). A model need not answer the same twice; the
+records a window produced twice before its tick was out have the same keys (compaction collapses them).
 
 What memory holds: each window is extracted with the manifest of the user's folded state, as the
 embedded pipeline extracts it, so a correction can reuse an entity's id and name the facts it
@@ -75,7 +78,7 @@ from uac.metrics import Metrics
 from uac.streams.avro import AvroCodec, DeadLetter
 from uac.streams.observations import parse_observation
 from uac.streams.topics import fact_key, user_key, user_of_key
-from uac.streams.worker_view import Batch, FactView, partition_of
+from uac.streams.worker_view import FactView, KeyedBatch, partition_of
 
 log = logging.getLogger(__name__)
 
@@ -91,9 +94,9 @@ Send = Callable[[str, bytes | None, bytes, int], Awaitable[Awaitable[Any]]]
 """``await send(topic, key, value, partition)`` queues the record in the producer (records queued in
 order stay in order per partition) and gives an awaitable that resolves once the broker has it."""
 Ack = Callable[[], Any]
-ReadFacts = Callable[[str, Collection[int]], AsyncGenerator[Batch, None]]
-"""``read(topic, partitions)``: the records of ``uac.facts`` up to their end offsets
-(:func:`~uac.streams.worker_view.read_facts` bound to a bootstrap address)."""
+ReadFacts = Callable[[str, Collection[int]], AsyncGenerator[KeyedBatch, None]]
+"""``read(topic, partitions)``: the records of ``uac.facts`` up to their end offsets, with their keys
+(:func:`~uac.streams.worker_view.read_records` bound to a bootstrap address)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,10 +118,34 @@ def dead_letter(step_id: str, reason: str, source: Source, value: bytes | None) 
                       source_partition=source.partition, source_offset=source.offset)
 
 
-def tick_key(user_id: str, at: Tick) -> bytes:
+def tick_key(user_id: str, at: Tick, through: int | None = None) -> bytes:
     """The ``uac.facts`` key of a tick: under the user's key, ``_tick/<iso time>``. A fact id is hex,
-    so it never collides with a fact; compaction only collapses the very same tick sent twice."""
-    return user_key(user_id) + b"/_tick/" + iso(at.time).encode()
+    so it never collides with a fact; compaction only collapses the very same tick sent twice.
+
+    The tick that ends an extraction window also names the ``uac.turns`` offset of the window's last
+    turn (``through``): ``_tick/<iso time>/<offset>``. Once it is on ``uac.facts``, so are the
+    window's facts (sent before it, in order), and the turns up to that offset are extracted."""
+    key = user_key(user_id) + b"/_tick/" + iso(at.time).encode()
+    return key if through is None else key + b"/" + str(through).encode()
+
+
+def extracted_through(key: bytes) -> tuple[str, int] | None:
+    """(user, offset) of a window's closing tick key (see :func:`tick_key`); None for other keys."""
+    head, sep, tail = key.partition(b"/_tick/")
+    stamp, slash, offset = tail.rpartition(b"/")
+    if not sep or not slash or not offset.isdigit() or not stamp:
+        return None
+    return user_of_key(head), int(offset)
+
+
+def _windows_done(records: Sequence[tuple[int, bytes | None, bytes | None]]) -> dict[str, int]:
+    """Per user, the highest ``uac.turns`` offset extracted, by the window ticks among ``records``."""
+    done: dict[str, int] = {}
+    for _, key, _ in records:
+        found = extracted_through(key) if key and b"/_tick/" in key else None
+        if found is not None and found[1] > done.get(found[0], -1):
+            done[found[0]] = found[1]
+    return done
 
 
 def _done_well(task: asyncio.Task[bool]) -> bool:
@@ -189,6 +216,8 @@ class ExtractionAgent:
         self._observations_in = self.metrics.records_in.labels(STEP_OBSERVATIONS)
         self.dead_letters = 0
         self.facts_sent = 0
+        self.turns_skipped = 0
+        """Turns read again that were extracted before (see :meth:`_not_yet_extracted`)."""
 
     # -- inputs ----------------------------------------------------------------------------------
 
@@ -327,7 +356,8 @@ class ExtractionAgent:
                 async with aclosing(self.read(self.prefix + FACTS, list(generations))) as batches:
                     async for partition, records, at_end in batches:
                         facts = self._decode_facts(partition, records)
-                        counts[partition] += self.view.rebuild(partition, facts, generations[partition])
+                        counts[partition] += self.view.rebuild(partition, facts, generations[partition],
+                                                               _windows_done(records))
                         if at_end and self.view.done(partition, generations[partition]):
                             log.info("partition %d: %d fact(s) read back from %s%s in %.2f s", partition,
                                      counts[partition], self.prefix, FACTS, time.monotonic() - started)
@@ -339,11 +369,12 @@ class ExtractionAgent:
                             self.retry_delay)
                 await asyncio.sleep(self.retry_delay)
 
-    def _decode_facts(self, partition: int, records: list[tuple[int, bytes | None]]) -> list[Fact]:
+    def _decode_facts(self, partition: int, records: list[tuple[int, bytes | None, bytes | None]]
+                      ) -> list[Fact]:
         """The facts among records read back (tombstones, ticks and marks skipped; an undecodable
         record skipped with a log line)."""
         facts = []
-        for offset, value in records:
+        for offset, _, value in records:
             if value is None:
                 continue
             try:
@@ -406,17 +437,36 @@ class ExtractionAgent:
                 return False
         if not await self._ready(partition):
             return False
+        window, held = self._not_yet_extracted(window, held)
+        if not window:
+            return True
         # the manifest is built here: the state may change while the model runs in a thread
         result = await self._extract(window, self.extractor.manifest(self.view.state_for(window)))
         self._count_call(result)
-        await self._produce(window, held[0].source, result)
+        await self._produce(window, held, result)
         for fact in result.facts:
             self.view.fold_in(fact)
+        self.view.extracted(window[0].user_id, held[-1].source.offset)
         self.facts_sent += len(result.facts)
         self.metrics.facts_appended.inc(len(result.facts))
         for h in held:
             h.ack()
         return True
+
+    def _not_yet_extracted(self, window: Sequence[Turn], held: list[_Held]
+                           ) -> tuple[Sequence[Turn], list[_Held]]:
+        """The window without its turns extracted before (read again after a crash or a rebalance:
+        their window's closing tick is on ``uac.facts``), which are acknowledged. A model need not
+        answer the same twice, so a turn is extracted once."""
+        through = self.view.through(window[0].user_id)
+        done = sum(1 for h in held if h.source.offset <= through)
+        if done:
+            log.info("user %s: %d turn(s) read again were extracted before (through offset %d); "
+                     "not extracted again", window[0].user_id, done, through)
+            self.turns_skipped += done
+            for h in held[:done]:
+                h.ack()
+        return window[done:], held[done:]
 
     async def _extract(self, window: Sequence[Turn], manifest: list[dict[str, Any]]) -> WindowResult:
         """The model call: in a thread of the agent's pool (``offload``), or inline."""
@@ -427,15 +477,17 @@ class ExtractionAgent:
         call = functools.partial(self.extractor.extract, window, manifest=manifest)
         return await asyncio.get_running_loop().run_in_executor(self._pool, call)
 
-    async def _produce(self, window: Sequence[Turn], first: Source, result: WindowResult) -> None:
-        """Queue a window's facts, then the tick at its last turn, then its rejects (dead letters naming
-        ``first``, the record of its first turn), in one go; then wait until the broker has all."""
-        user = window[0].user_id
+    async def _produce(self, window: Sequence[Turn], held: Sequence[_Held], result: WindowResult) -> None:
+        """Queue a window's facts, then the tick at its last turn (keyed with that turn's offset), then
+        its rejects (dead letters naming the record of its first turn), in one go; then wait until
+        the broker has all."""
+        user, first = window[0].user_id, held[0].source
         partition = partition_of(user, self.partitions)
         last = Tick(max(t.timestamp for t in window))
         async with self._queueing:
             sent = [await self._send_fact(fact) for fact in result.facts]
-            sent.append(await self._send(FACTS, tick_key(user, last), last, partition))
+            sent.append(await self._send(FACTS, tick_key(user, last, held[-1].source.offset), last,
+                                         partition))
             for reject in result.rejects:
                 letter = dataclasses.replace(DeadLetter.from_reject(reject), source_topic=first.topic,
                                              source_partition=first.partition, source_offset=first.offset)

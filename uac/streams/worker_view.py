@@ -8,15 +8,16 @@ itself, in a :class:`FactView`:
 
 * write-through: each fact the agent writes is folded in once the broker has it (:meth:`FactView.fold_in`);
 * rebuild: a partition the worker gets is not ready until the facts already on ``uac.facts`` for it
-  (offset 0 to its end offset at assignment, :func:`read_facts`) are folded in
+  (offset 0 to its end offset at assignment, :func:`read_records`) are folded in
   (:meth:`FactView.rebuild`, :meth:`FactView.done`); extraction waits for it (:meth:`FactView.wait`);
 * a revoked partition is dropped (:meth:`FactView.drop`); whoever waits for it learns so.
 
 The fold (:mod:`uac.checkpointer.fold`) is idempotent and order-independent, so a fact folded in while
 its partition is rebuilt, or read twice, changes nothing. Ticks fold to nothing and are skipped.
 
-Replays: a window read again after a crash or a rebalance finds its own facts (and later ones)
-already folded. :meth:`FactView.state_for` leaves out the extracted facts observed at or after the
+Replays: turns read again after a crash or a rebalance are not extracted again up to the offset the
+user's latest window tick names (:meth:`FactView.through`). A window cut anew whose first turns were
+extracted before finds their facts (and later ones) already folded. :meth:`FactView.state_for` leaves out the extracted facts observed at or after the
 window's first turn, so the window is extracted with the state it had the first time.
 """
 
@@ -25,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import AsyncGenerator, Collection, Iterable, Sequence
+from collections.abc import AsyncGenerator, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -42,8 +43,6 @@ partition_of = functools.lru_cache(maxsize=1 << 16)(partition_for)
 """:func:`~uac.streams.topics.partition_for`, remembered for the users seen last (it hashes the
 user's key with murmur2 in Python, some 8 us; the worker asks it several times per record)."""
 
-Batch = tuple[int, list[tuple[int, bytes | None]], bool]
-"""What :func:`read_facts` yields: (partition, [(offset, value)], whether the partition is read)."""
 KeyedBatch = tuple[int, list[tuple[int, bytes | None, bytes | None]], bool]
 """What :func:`read_records` yields: (partition, [(offset, key, value)], whether it is read)."""
 
@@ -54,6 +53,8 @@ class _Partition:
     states: dict[str, UserState] = field(default_factory=dict)
     latest: dict[str, datetime] = field(default_factory=dict)
     """Per user: the latest observed time of an extracted fact (see :meth:`FactView.state_for`)."""
+    through: dict[str, int] = field(default_factory=dict)
+    """Per user: the ``uac.turns`` offset up to which turns are extracted (see :meth:`FactView.through`)."""
     ready: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -85,11 +86,16 @@ class FactView:
         part = self._parts.get(partition)
         return part is not None and part.generation == generation
 
-    def rebuild(self, partition: int, facts: Iterable[Fact], generation: int) -> int:
-        """Fold facts read from ``uac.facts`` into the partition; the number folded (0 if stale)."""
+    def rebuild(self, partition: int, facts: Iterable[Fact], generation: int,
+                through: Mapping[str, int] | None = None) -> int:
+        """Fold facts read from ``uac.facts`` into the partition, and note the turns their windows'
+        ticks say are extracted (``through``: user -> offset); the number folded (0 if stale)."""
         part = self._parts.get(partition)
         if part is None or part.generation != generation:
             return 0
+        for user, offset in (through or {}).items():
+            if offset > part.through.get(user, -1):
+                part.through[user] = offset
         n = 0
         with bulk_gc():
             for fact in facts:
@@ -129,6 +135,21 @@ class FactView:
             return False
         self._fold(part, fact)
         return True
+
+    def extracted(self, user_id: str, offset: int) -> None:
+        """The user's turns up to ``uac.turns`` offset ``offset`` are extracted (their window's
+        outputs are on ``uac.facts``)."""
+        part = self._parts.get(partition_of(user_id, self.partitions))
+        if part is not None and offset > part.through.get(user_id, -1):
+            part.through[user_id] = offset
+
+    def through(self, user_id: str) -> int:
+        """The ``uac.turns`` offset up to which the user's turns are extracted (-1: none known).
+        A turn at or below it that is read again (after a crash or a rebalance) is not extracted
+        again: the window's closing tick, sent after its facts, names it (see
+        :func:`~uac.streams.worker_extract.tick_key`)."""
+        part = self._parts.get(partition_of(user_id, self.partitions))
+        return -1 if part is None else part.through.get(user_id, -1)
 
     def state(self, user_id: str) -> UserState | None:
         """The user's folded state (None: nothing known, or the partition is not held)."""
@@ -195,11 +216,3 @@ async def read_records(bootstrap: str, topic: str, partitions: Collection[int], 
                     left.discard(tp)
     finally:
         await consumer.stop()
-
-
-async def read_facts(bootstrap: str, topic: str, partitions: Collection[int], *,
-                     max_records: int = 5000) -> AsyncGenerator[Batch, None]:
-    """:func:`read_records` without the keys (see :data:`Batch`)."""
-    async for partition, records, at_end in read_records(bootstrap, topic, partitions,
-                                                         max_records=max_records):
-        yield partition, [(offset, value) for offset, _, value in records], at_end
