@@ -8,6 +8,7 @@ re-sent copy of the same fact or an entity's older versions, never a fact.
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -148,9 +149,12 @@ def user_key(user_id: str) -> bytes:
     return quote(user_id, safe="").encode()
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def partition_for(user_id: str, partitions: int) -> int:
     """The partition of a user on every uac topic: Kafka's default partitioner (murmur2, as the
-    Java client computes it) over :func:`user_key`, so a record keyed by the user lands there too."""
+    Java client computes it) over :func:`user_key`, so a record keyed by the user lands there too.
+    Remembered for the users seen last: murmur2 in Python costs some 8 us, and a worker asks
+    several times per record."""
     from aiokafka.partitioner import murmur2
 
     return int((murmur2(user_key(user_id)) & 0x7FFFFFFF) % partitions)

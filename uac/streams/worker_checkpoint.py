@@ -48,10 +48,9 @@ from uac.streams.embedded import default_rules
 from uac.streams.kafka_store import OutRecord, PublishingStateStore
 from uac.streams.log import InMemoryFactLog
 from uac.streams.rejects import InMemoryRejectStore, Reject
-from uac.streams.topics import user_key, user_of_key
+from uac.streams.topics import partition_for, user_key, user_of_key
 from uac.streams.worker_extract import DLQ, FACTS, STEP_DECODE, Ack, Source, dead_letter, tick_key
 from uac.streams.worker_restore import Restored
-from uac.streams.worker_view import partition_of
 
 log = logging.getLogger(__name__)
 STEP_FACTS = "checkpoint.facts"
@@ -296,7 +295,7 @@ class CheckpointAgent:
         if source.key:
             user = user_of_key(source.key)
             key: bytes | None = user_key(user)
-            partition = partition_of(user, self.partitions)
+            partition = partition_for(user, self.partitions)
         else:
             key, partition = None, source.partition % self.partitions
         self.metrics.rejects.labels(step_id).inc()

@@ -77,8 +77,8 @@ from uac.extraction.windows import TurnWindows, WindowPolicy
 from uac.metrics import Metrics
 from uac.streams.avro import AvroCodec, DeadLetter
 from uac.streams.observations import parse_observation
-from uac.streams.topics import fact_key, user_key, user_of_key
-from uac.streams.worker_view import FactView, KeyedBatch, partition_of
+from uac.streams.topics import fact_key, partition_for, user_key, user_of_key
+from uac.streams.worker_view import FactView, KeyedBatch
 
 log = logging.getLogger(__name__)
 
@@ -243,7 +243,7 @@ class ExtractionAgent:
         if isinstance(record, Tick):
             user = user_of_key(source.key) if source.key else ""
             await (await self._send(FACTS, tick_key(user, record), record,
-                                    partition_of(user, self.partitions)))
+                                    partition_for(user, self.partitions)))
         else:
             await (await self._send_fact(record))
             self.view.fold_in(record)
@@ -482,7 +482,7 @@ class ExtractionAgent:
         its rejects (dead letters naming the record of its first turn), in one go; then wait until
         the broker has all."""
         user, first = window[0].user_id, held[0].source
-        partition = partition_of(user, self.partitions)
+        partition = partition_for(user, self.partitions)
         last = Tick(max(t.timestamp for t in window))
         async with self._queueing:
             sent = [await self._send_fact(fact) for fact in result.facts]
@@ -498,7 +498,7 @@ class ExtractionAgent:
 
     async def _send_fact(self, fact: Fact) -> Awaitable[Any]:
         return await self._send(FACTS, fact_key(fact.user_id, fact.fact_id), fact,
-                          partition_of(fact.user_id, self.partitions))
+                          partition_for(fact.user_id, self.partitions))
 
     async def _send(self, base: str, key: bytes | None, record: object, partition: int) -> Awaitable[Any]:
         return await self.send(self.prefix + base, key, self.codec.encode(base, record), partition)
@@ -507,7 +507,7 @@ class ExtractionAgent:
         """A record that cannot be processed: a dead letter naming where it came from."""
         letter = dead_letter(step_id, reason, source, value)
         if source.key:
-            partition = partition_of(user_of_key(source.key), self.partitions)
+            partition = partition_for(user_of_key(source.key), self.partitions)
         else:
             partition = source.partition % self.partitions
         self.metrics.rejects.labels(step_id).inc()

@@ -17,14 +17,14 @@ its partition is rebuilt, or read twice, changes nothing. Ticks fold to nothing 
 
 Replays: turns read again after a crash or a rebalance are not extracted again up to the offset the
 user's latest window tick names (:meth:`FactView.through`). A window cut anew whose first turns were
-extracted before finds their facts (and later ones) already folded. :meth:`FactView.state_for` leaves out the extracted facts observed at or after the
-window's first turn, so the window is extracted with the state it had the first time.
+extracted before finds their facts (and later ones) already folded. :meth:`FactView.state_for`
+leaves out the extracted facts observed at or after the window's first turn, so the window is
+extracted with the state it had the first time.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from collections.abc import AsyncGenerator, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,9 +39,6 @@ from uac.streams.topics import partition_for
 
 log = logging.getLogger(__name__)
 
-partition_of = functools.lru_cache(maxsize=1 << 16)(partition_for)
-""":func:`~uac.streams.topics.partition_for`, remembered for the users seen last (it hashes the
-user's key with murmur2 in Python, some 8 us; the worker asks it several times per record)."""
 
 KeyedBatch = tuple[int, list[tuple[int, bytes | None, bytes | None]], bool]
 """What :func:`read_records` yields: (partition, [(offset, key, value)], whether it is read)."""
@@ -130,7 +127,7 @@ class FactView:
 
     def fold_in(self, fact: Fact) -> bool:
         """Fold a fact just written into its user's state; False if its partition is not held."""
-        part = self._parts.get(partition_of(fact.user_id, self.partitions))
+        part = self._parts.get(partition_for(fact.user_id, self.partitions))
         if part is None:
             return False
         self._fold(part, fact)
@@ -139,7 +136,7 @@ class FactView:
     def extracted(self, user_id: str, offset: int) -> None:
         """The user's turns up to ``uac.turns`` offset ``offset`` are extracted (their window's
         outputs are on ``uac.facts``)."""
-        part = self._parts.get(partition_of(user_id, self.partitions))
+        part = self._parts.get(partition_for(user_id, self.partitions))
         if part is not None and offset > part.through.get(user_id, -1):
             part.through[user_id] = offset
 
@@ -148,12 +145,12 @@ class FactView:
         A turn at or below it that is read again (after a crash or a rebalance) is not extracted
         again: the window's closing tick, sent after its facts, names it (see
         :func:`~uac.streams.worker_extract.tick_key`)."""
-        part = self._parts.get(partition_of(user_id, self.partitions))
+        part = self._parts.get(partition_for(user_id, self.partitions))
         return -1 if part is None else part.through.get(user_id, -1)
 
     def state(self, user_id: str) -> UserState | None:
         """The user's folded state (None: nothing known, or the partition is not held)."""
-        part = self._parts.get(partition_of(user_id, self.partitions))
+        part = self._parts.get(partition_for(user_id, self.partitions))
         return None if part is None else part.states.get(user_id)
 
     def state_for(self, turns: Sequence[Turn]) -> UserState | None:
@@ -161,7 +158,7 @@ class FactView:
         extracted facts observed at or after the window's first turn (the window is a replay, see the
         module docstring); those are left out (one at that very time but from other turns stays)."""
         user_id = turns[0].user_id
-        part = self._parts.get(partition_of(user_id, self.partitions))
+        part = self._parts.get(partition_for(user_id, self.partitions))
         state = None if part is None else part.states.get(user_id)
         first = min(t.timestamp for t in turns)
         if state is None or part is None or part.latest.get(user_id, first) < first:
