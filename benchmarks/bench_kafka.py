@@ -767,8 +767,8 @@ def scaling_figures(runs: Runs) -> list[Figure]:
                     "directory (DuckDB store, fsynced fact log)"),
         Figure("kafka_worker_vs_embedded", "Kafka worker throughput / embedded pipeline",
                median([a / e for a, e in zip(one, embedded, strict=True)]), "x", count,
-               note="median of the per-repeat ratios: what the worker costs over doing the same work "
-                    "in one process"),
+               note="median of the per-repeat ratios: the worker's rate over the embedded "
+                    "pipeline's on the same work"),
     ]
 
 
