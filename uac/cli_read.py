@@ -142,7 +142,9 @@ def query(ctx: click.Context, user: str, sql: str, as_json: bool) -> None:
 
     The query sees only USER's rows whatever it says. Tables: one per entity
     type (trips, medications, transactions, ... see `uac catalog`), plus
-    entities, facts, alerts, alert_events, state_changes.
+    entities, facts, alerts, alert_events, state_changes. A query still
+    running after UAC_QUERY_TIMEOUT seconds (default 10) is stopped; one
+    returning more than 100,000 rows is refused (aggregate, or add a LIMIT).
 
     \b
     Example: uac query alice --sql "SELECT count(*) FROM trips
