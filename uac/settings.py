@@ -8,6 +8,8 @@ from pathlib import Path
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from uac.executor.query import QUERY_TIMEOUT
+
 
 class Settings(BaseSettings):
     """uac's configuration. Every field can be set from the environment as ``UAC_<NAME>``.
@@ -33,7 +35,7 @@ class Settings(BaseSettings):
         default=30.0, ge=0, description="Seconds to wait for a store held by another process."
     )
     query_timeout: float = Field(
-        default=10.0, gt=0, description="Seconds one SQL query may run before it is stopped.")
+        default=QUERY_TIMEOUT, gt=0, description="Seconds one SQL query may run before it is stopped.")
     rule_days_ahead: int = Field(
         default=7, ge=0, description="Deadlines alert this many days ahead (notice periods too)."
     )

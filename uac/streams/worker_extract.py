@@ -138,16 +138,6 @@ def extracted_through(key: bytes) -> tuple[str, int] | None:
     return user_of_key(head), int(offset)
 
 
-def _windows_done(records: Sequence[tuple[int, bytes | None, bytes | None]]) -> dict[str, int]:
-    """Per user, the highest ``uac.turns`` offset extracted, by the window ticks among ``records``."""
-    done: dict[str, int] = {}
-    for _, key, _ in records:
-        found = extracted_through(key) if key and b"/_tick/" in key else None
-        if found is not None and found[1] > done.get(found[0], -1):
-            done[found[0]] = found[1]
-    return done
-
-
 def _done_well(task: asyncio.Task[bool]) -> bool:
     """A finished window task did its window (not cancelled, no error, not given up)."""
     return not task.cancelled() and task.exception() is None and task.result()
@@ -355,9 +345,9 @@ class ExtractionAgent:
             try:
                 async with aclosing(self.read(self.prefix + FACTS, list(generations))) as batches:
                     async for partition, records, at_end in batches:
-                        facts = self._decode_facts(partition, records)
+                        facts, through = self._read_back(partition, records)
                         counts[partition] += self.view.rebuild(partition, facts, generations[partition],
-                                                               _windows_done(records))
+                                                               through)
                         if at_end and self.view.done(partition, generations[partition]):
                             log.info("partition %d: %d fact(s) read back from %s%s in %.2f s", partition,
                                      counts[partition], self.prefix, FACTS, time.monotonic() - started)
@@ -369,12 +359,15 @@ class ExtractionAgent:
                             self.retry_delay)
                 await asyncio.sleep(self.retry_delay)
 
-    def _decode_facts(self, partition: int, records: list[tuple[int, bytes | None, bytes | None]]
-                      ) -> list[Fact]:
+    def _read_back(self, partition: int, records: list[tuple[int, bytes | None, bytes | None]]
+                   ) -> tuple[list[Fact], list[tuple[str, int]]]:
         """The facts among records read back (tombstones, ticks and marks skipped; an undecodable
-        record skipped with a log line)."""
-        facts = []
-        for offset, _, value in records:
+        record skipped with a log line), and the (user, ``uac.turns`` offset) each window's closing
+        tick names (see :func:`tick_key`)."""
+        facts, through = [], []
+        for offset, key, value in records:
+            if key and (window_end := extracted_through(key)) is not None:
+                through.append(window_end)
             if value is None:
                 continue
             try:
@@ -384,7 +377,7 @@ class ExtractionAgent:
                 continue
             if isinstance(record, Fact):
                 facts.append(record)
-        return facts
+        return facts, through
 
     @property
     def pending(self) -> int:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, Collection, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -38,7 +38,6 @@ from uac.extraction.turns import Turn
 from uac.streams.topics import partition_for
 
 log = logging.getLogger(__name__)
-
 
 KeyedBatch = tuple[int, list[tuple[int, bytes | None, bytes | None]], bool]
 """What :func:`read_records` yields: (partition, [(offset, key, value)], whether it is read)."""
@@ -53,6 +52,11 @@ class _Partition:
     through: dict[str, int] = field(default_factory=dict)
     """Per user: the ``uac.turns`` offset up to which turns are extracted (see :meth:`FactView.through`)."""
     ready: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def note_extracted(self, user_id: str, offset: int) -> None:
+        """The user's turns up to ``offset`` are extracted (the highest offset is kept)."""
+        if offset > self.through.get(user_id, -1):
+            self.through[user_id] = offset
 
 
 class FactView:
@@ -84,15 +88,14 @@ class FactView:
         return part is not None and part.generation == generation
 
     def rebuild(self, partition: int, facts: Iterable[Fact], generation: int,
-                through: Mapping[str, int] | None = None) -> int:
+                through: Iterable[tuple[str, int]] = ()) -> int:
         """Fold facts read from ``uac.facts`` into the partition, and note the turns their windows'
-        ticks say are extracted (``through``: user -> offset); the number folded (0 if stale)."""
+        ticks say are extracted (``through``: (user, offset) pairs); the number folded (0 if stale)."""
         part = self._parts.get(partition)
         if part is None or part.generation != generation:
             return 0
-        for user, offset in (through or {}).items():
-            if offset > part.through.get(user, -1):
-                part.through[user] = offset
+        for user, offset in through:
+            part.note_extracted(user, offset)
         n = 0
         with bulk_gc():
             for fact in facts:
@@ -137,8 +140,8 @@ class FactView:
         """The user's turns up to ``uac.turns`` offset ``offset`` are extracted (their window's
         outputs are on ``uac.facts``)."""
         part = self._parts.get(partition_for(user_id, self.partitions))
-        if part is not None and offset > part.through.get(user_id, -1):
-            part.through[user_id] = offset
+        if part is not None:
+            part.note_extracted(user_id, offset)
 
     def through(self, user_id: str) -> int:
         """The ``uac.turns`` offset up to which the user's turns are extracted (-1: none known).
